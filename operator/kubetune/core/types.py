@@ -1,0 +1,128 @@
+"""The vocabulary shared by the runner, the controller and the executors.
+
+Events flow into ``core.runner.TrialRunner`` as method calls; what it wants done
+comes back as a list of ``Decision`` values, which the controller carries out in
+order (create the Trial resource, launch, stop, ...).  Nothing here does I/O.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+class TrialPhase(str, enum.Enum):
+    PENDING = "Pending"      # created (Trial resource exists), not yet launched
+    QUEUED = "Queued"        # wants to run, its resources are not free yet
+    RUNNING = "Running"
+    PAUSED = "Paused"        # checkpointed and off the cluster (PBT, suspend)
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"      # ended by a decision: early stopping, deletion, budget
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED)
+
+
+@dataclass(frozen=True)
+class Result:
+    """One ``kubetune.report(...)`` as delivered by an executor.
+
+    ``seq`` increases by one per report within a trial's lifetime (across retries),
+    so a result is processed once however often it is fetched.
+    ``iteration`` is 1-based and continues across retries and pauses.
+    """
+    seq: int
+    iteration: int
+    metrics: Mapping[str, Any]
+    timestamp: float
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a Trial resource persists; enough to rebuild the runner after a restart."""
+    name: str
+    index: int
+    params: Mapping[str, Any]
+    phase: TrialPhase
+    history: tuple[Mapping[str, Any], ...] = ()   # every reported metrics dict, in order
+    checkpoint: str | None = None                 # latest persisted checkpoint
+    failures: int = 0
+    reason: str = ""
+    message: str = ""
+    parent: str | None = None                     # PBT: trial whose checkpoint was cloned
+
+
+# ---------------------------------------------------------------- decisions
+
+@dataclass(frozen=True)
+class CreateTrial:
+    """Persist a new Trial resource (before anything is launched for it)."""
+    name: str
+    index: int
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LaunchTrial:
+    """Start (or restart) the trial; its resources are already committed in the ledger.
+
+    ``start_iteration`` is the iteration count already reached (0 for a fresh start),
+    so a retry or resume continues counting rather than restarting at 1.
+    """
+    name: str
+    params: Mapping[str, Any]
+    checkpoint: str | None = None
+    start_iteration: int = 0
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class StopTrial:
+    """End a trial and release its resources; ``phase`` is the terminal phase to record."""
+    name: str
+    phase: TrialPhase
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PauseTrial:
+    """Take a running trial off the cluster, keeping its latest checkpoint."""
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrialPhaseChanged:
+    """A non-terminal phase change to write back (e.g. Pending -> Queued with a reason)."""
+    name: str
+    phase: TrialPhase
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class FinishExperiment:
+    """The experiment is over: ``phase`` is Succeeded or Failed."""
+    phase: str
+    reason: str       # GoalReached, MaxTrialsReached, SearchSpaceExhausted, MaxFailedTrials, ...
+    message: str
+
+
+Decision = CreateTrial | LaunchTrial | StopTrial | PauseTrial | TrialPhaseChanged | FinishExperiment
+
+
+@dataclass
+class ExperimentSummary:
+    """Fixed-size status of an experiment: never grows with its number of trials."""
+    counts: dict[str, int] = field(default_factory=dict)   # phase value -> count
+    created: int = 0
+    best_trial: str | None = None
+    best_params: Mapping[str, Any] | None = None
+    best_metric: float | None = None
+    best_iteration: int | None = None
+    queue_reason: str = ""
+    finished: FinishExperiment | None = None
