@@ -1,0 +1,34 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Both create .venv on first use; the control-plane binaries are built once into
+# ~/.cache/kubetune (a few minutes cold) and reused afterwards.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test unit integration bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kubetune demo
+
+test: $(STAMP)
+	$(BIN)/kubetune devcluster build
+	$(BIN)/python -m pytest tests -q -ra
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration -q -ra
+
+bench: $(STAMP)
+	$(BIN)/python -m kubetune.bench
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from kubetune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,122 @@
+"""One handle per Ray cluster, shared by every Experiment that runs on it: the
+executor (connection), the resource ledger, and the aggregated autoscaler request.
+
+Ray allows one cluster connection per driver process, so an operator process serves
+one Ray address; an Experiment that asks for another is told so in its status."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from kubetune.core.resources import ResourceLedger, Resources
+
+log = logging.getLogger(__name__)
+
+CAPACITY_REFRESH_SECONDS = 2.0
+MAX_RECONNECT_BACKOFF_SECONDS = 30.0
+
+
+class RayUnavailable(Exception):
+    """The Ray cluster cannot be reached right now (the message names address and cause)."""
+
+
+class ClusterHandle:
+    def __init__(self, address: str, executor_factory: Callable[[str], Any],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.address = address
+        self.ledger = ResourceLedger()
+        self._executor_factory = executor_factory
+        self._clock = clock
+        self.executor: Any = None
+        self._lock = asyncio.Lock()
+        self._capacity_at = float("-inf")
+        self._next_attempt = 0.0
+        self._backoff = 1.0
+        self.last_error = ""
+        self._requested: list[Resources] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.executor is not None and not self.last_error
+
+    async def ensure_connected(self) -> bool:
+        """Connect if needed; False (with ``last_error`` set) while Ray is unreachable.
+
+        Retries back off exponentially up to 30 s, so an outage is not a crash loop."""
+        async with self._lock:
+            if self.executor is not None and not self.last_error:
+                return True
+            now = self._clock()
+            if now < self._next_attempt:
+                return False
+            try:
+                if self.executor is None:
+                    self.executor = self._executor_factory(self.address)
+                await asyncio.to_thread(self.executor.connect)
+                await self._refresh_capacity_locked(force=True)
+            except Exception as error:  # noqa: BLE001 - any failure to reach Ray means "unavailable"
+                self.last_error = f"cannot reach Ray at {self.address}: {error}"
+                self._next_attempt = now + self._backoff
+                self._backoff = min(self._backoff * 2, MAX_RECONNECT_BACKOFF_SECONDS)
+                log.warning("%s (next attempt in %.0fs)", self.last_error, self._backoff)
+                return False
+            self.last_error = ""
+            self._backoff = 1.0
+            return True
+
+    def mark_unavailable(self, error: BaseException | str) -> None:
+        """A call failed because the cluster went away: reconnect before the next call."""
+        self.last_error = f"lost Ray at {self.address}: {error}"
+        self._next_attempt = self._clock() + self._backoff
+
+    async def refresh_capacity(self) -> None:
+        async with self._lock:
+            await self._refresh_capacity_locked(force=False)
+
+    async def _refresh_capacity_locked(self, *, force: bool) -> None:
+        now = self._clock()
+        if not force and now - self._capacity_at < CAPACITY_REFRESH_SECONDS:
+            return
+        capacity = await asyncio.to_thread(self.executor.cluster_resources)
+        self.ledger.set_capacity(capacity.total, capacity.nodes, capacity.node_types)
+        self._capacity_at = now
+        await self._sync_autoscaler_request()
+
+    async def _sync_autoscaler_request(self) -> None:
+        """Tell the autoscaler about queued demand over all Experiments on this cluster
+        (each request replaces the previous one); withdraw it when nothing waits."""
+        waiting = list(self.ledger.waiting_bundles())
+        if waiting == self._requested:
+            return
+        request = getattr(self.executor, "request_resources", None)
+        if request is None:
+            return
+        await asyncio.to_thread(request, waiting)
+        self._requested = waiting
+
+
+class ClusterRegistry:
+    """Operator-wide: the one ClusterHandle per Ray address."""
+
+    def __init__(self, default_address: str, executor_factory: Callable[[str], Any]) -> None:
+        self.default_address = default_address
+        self._executor_factory = executor_factory
+        self._handles: dict[str, ClusterHandle] = {}
+
+    def resolve(self, requested: str | None) -> str:
+        return requested or self.default_address
+
+    def get(self, address: str) -> ClusterHandle:
+        if address not in self._handles:
+            if self._handles:
+                connected = next(iter(self._handles))
+                raise RayUnavailable(
+                    f"this operator is connected to Ray at {connected!r}; spec.ray.address {address!r} "
+                    "needs an operator of its own (Ray allows one cluster per process)")
+            self._handles[address] = ClusterHandle(address, self._executor_factory)
+        return self._handles[address]
+
+    def handles(self) -> list[ClusterHandle]:
+        return list(self._handles.values())

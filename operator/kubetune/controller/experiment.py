@@ -1,0 +1,335 @@
+"""ExperimentController: drives one Experiment's TrialRunner against a Ray cluster
+and persists what happens through a Store.
+
+The runner (core/) decides; this class carries the decisions out in order — a Trial
+resource is created before anything is launched for it — feeds results and
+terminations back, and writes status coalesced (controller/coalesce.py)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+from kubetune.controller import render
+from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
+from kubetune.controller.coalesce import WriteCoalescer
+from kubetune.controller.conditions import parse_rfc3339, set_condition
+from kubetune.controller.store import Store
+from kubetune.core.runner import TrialRunner
+from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
+                                 StopTrial, TrialPhase, TrialPhaseChanged)
+from kubetune.executors.base import LaunchRequest
+from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
+
+log = logging.getLogger(__name__)
+
+TRIAL_METRICS_WRITE_INTERVAL = 2.0      # seconds between metric-only writes of one Trial
+EXPERIMENT_WRITE_INTERVAL = 1.0         # seconds between summary writes of the Experiment
+IDLE_POLL_SECONDS = 0.25                # longest pause between polls of running trials
+
+
+class ExperimentController:
+    def __init__(self, *, namespace: str, name: str, store: Store, registry: ClusterRegistry,
+                 body: Callable[[], Mapping[str, Any]], clock: Callable[[], float] = time.time,
+                 checkpoint_storage: str = "", on_cycle: Callable[["ExperimentController"], None] | None = None) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.store = store
+        self.registry = registry
+        self._body = body
+        self._clock = clock
+        self._default_storage = checkpoint_storage
+        self._on_cycle = on_cycle
+        self.spec: ExperimentSpec | None = None
+        self.runner: TrialRunner | None = None
+        self.cluster: ClusterHandle | None = None
+        self._generation: int | None = None
+        self._trial_writes = WriteCoalescer(TRIAL_METRICS_WRITE_INTERVAL)
+        self._experiment_written: dict[str, Any] = {}
+        self._experiment_written_at = float("-inf")
+        self._touched: set[str] = set()
+        self._spec_problem: tuple[str, str] | None = None   # (reason, message) shown as a condition
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def wake(self) -> None:
+        """Something changed (spec edit, deletion): run a cycle now."""
+        self._wakeup.set()
+
+    async def run(self, stopped: Callable[[], bool]) -> None:
+        """The reconcile loop; returns when ``stopped()`` turns true."""
+        idle = 0.01
+        while not stopped() and not self._stopping:
+            busy = await self.reconcile_once()
+            idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
+            except asyncio.TimeoutError:
+                pass
+        await self.flush(force=True)
+
+    async def shutdown(self, *, stop_trials: bool) -> None:
+        """Stop the loop; with ``stop_trials`` (Experiment deleted) end every trial on Ray."""
+        self._stopping = True
+        self.wake()
+        if stop_trials and self.cluster is not None and self.cluster.executor is not None:
+            prefix = self._trial_key("")
+            executor = self.cluster.executor
+            keys = set(await asyncio.to_thread(executor.list_trials, prefix))
+            if self.runner is not None:
+                keys |= {self._trial_key(n) for n in self.runner.active_trials()}
+            await asyncio.gather(*(asyncio.to_thread(executor.stop, key) for key in keys))
+            if self.runner is not None:
+                for name in list(self.runner.active_trials()):
+                    self.cluster.ledger.release(self._trial_key(name))
+
+    def _has_active(self) -> bool:
+        return self.runner is not None and bool(self.runner.active_trials())
+
+    # ------------------------------------------------------------------ one cycle
+
+    async def reconcile_once(self) -> bool:
+        """One pass: spec changes, launches, results. True if anything happened."""
+        body = self._body()
+        generation = body.get("metadata", {}).get("generation")
+        if generation != self._generation:
+            await self._take_spec(body, generation)
+        if self.runner is None:
+            await self.flush()
+            return False
+        if not await self.cluster.ensure_connected():
+            await self.flush()
+            return False
+        now = self._clock()
+        busy = False
+        try:
+            await self.cluster.refresh_capacity()
+            busy |= await self._apply(self.runner.step(now))
+            busy |= await self._poll_running()
+        except RayUnavailable as error:
+            self.cluster.mark_unavailable(error)
+        except Exception as error:  # a Ray call failing mid-cycle: reconnect, keep the trials
+            if not self._is_connection_error(error):
+                raise
+            self.cluster.mark_unavailable(error)
+        await self.flush()
+        if self._on_cycle is not None:
+            self._on_cycle(self)
+        return busy
+
+    async def _take_spec(self, body: Mapping[str, Any], generation: int | None) -> None:
+        now = self._clock()
+        try:
+            spec = parse_experiment(body.get("spec") or {})
+        except SpecError as error:
+            self._generation = generation
+            if self.runner is None:
+                await self._fail_invalid_spec(str(error), generation)
+            else:   # keep running the last valid spec; say why the edit was not taken
+                self._spec_problem = ("InvalidSpec", str(error))
+                await self.store.event("Warning", "InvalidSpec", str(error))
+            return
+        self._spec_problem = None
+        if self.runner is None:
+            address = self.registry.resolve(spec.ray.address)
+            try:
+                self.cluster = self.registry.get(address)
+            except RayUnavailable as error:
+                self._generation = generation
+                await self._fail_invalid_spec(str(error), generation, reason="RayAddressUnsupported")
+                return
+            await self._restore(spec, body, now)
+        else:
+            await self._apply(self.runner.on_spec_changed(spec, now))
+            rejection = getattr(self.runner, "spec_rejection", None)
+            if rejection:
+                self._spec_problem = ("SpecChangeRejected", rejection)
+                await self.store.event("Warning", "SpecChangeRejected", rejection)
+        self.spec = spec
+        self._generation = generation
+
+    async def _restore(self, spec: ExperimentSpec, body: Mapping[str, Any], now: float) -> None:
+        """Rebuild from the Trial resources: a restarted operator continues the same run."""
+        status = body.get("status") or {}
+        start_time = parse_rfc3339(status["startTime"]) if status.get("startTime") else now
+        trials = await self.store.list_trials()
+        self.runner = TrialRunner(spec, experiment=self.name, start_time=start_time,
+                                  ledger=self.cluster.ledger, owner=self._trial_key(""))
+        self.runner.restore([render.trial_record(t) for t in trials])
+        for trial in trials:
+            self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
+        self._experiment_written = dict(status)
+        if trials:
+            log.info("%s/%s: restored %d trials", self.namespace, self.name, len(trials))
+
+    async def _fail_invalid_spec(self, message: str, generation: int | None, *,
+                                 reason: str = "InvalidSpec") -> None:
+        now = self._clock()
+        previous = self._experiment_written
+        conditions = set_condition(previous.get("conditions") or [], "Failed", True, reason, message,
+                                   now=now, generation=generation)
+        conditions = set_condition(conditions, "Running", False, reason, message, now=now,
+                                   generation=generation)
+        status = {"phase": "Failed", "message": message, "conditions": conditions,
+                  "observedGeneration": generation}
+        await self.store.patch_experiment_status(status)
+        self._experiment_written = {**previous, **status}
+        await self.store.event("Warning", reason, message)
+
+    # ------------------------------------------------------------------ decisions
+
+    async def _apply(self, decisions: list) -> bool:
+        for decision in decisions:
+            self._touched.add(getattr(decision, "name", ""))
+            if isinstance(decision, CreateTrial):
+                await self._create_trial(decision)
+            elif isinstance(decision, LaunchTrial):
+                await self._launch(decision)
+            elif isinstance(decision, StopTrial):
+                await self._stop(decision)
+            elif isinstance(decision, PauseTrial):
+                await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name))
+            elif isinstance(decision, FinishExperiment):
+                kind = "Normal" if decision.phase == "Succeeded" else "Warning"
+                await self.store.event(kind, decision.reason, decision.message)
+            elif isinstance(decision, TrialPhaseChanged):
+                pass   # written back with the trial's status
+        self._touched.discard("")
+        return bool(decisions)
+
+    async def _create_trial(self, decision: CreateTrial) -> None:
+        body = render.trial_body(namespace=self.namespace, experiment=self._body(), name=decision.name,
+                                 index=decision.index, params=decision.params,
+                                 resources=(self._body().get("spec", {}).get("trial", {}) or {}).get("resources", {}))
+        await self.store.create_trial(body)
+
+    async def _launch(self, decision: LaunchTrial) -> None:
+        spec = self.spec
+        trial = self.runner.trials[decision.name]
+        request = LaunchRequest(
+            trial_key=self._trial_key(decision.name),
+            entrypoint=spec.trial.entrypoint,
+            config={**dict(spec.trial.config or {}), **dict(decision.params)},
+            resources=spec.trial.resources,
+            checkpoint=decision.checkpoint,
+            start_iteration=decision.start_iteration,
+            start_seq=trial.last_seq,
+            attempt=decision.attempt,
+            runtime_env=dict(spec.trial.runtime_env) if spec.trial.runtime_env else None,
+            storage=spec.checkpoint.storage or self._default_storage,
+            keep_last=spec.checkpoint.keep_last,
+        )
+        now = self._clock()
+        try:
+            await asyncio.to_thread(self.cluster.executor.start, request)
+        except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours
+            cluster_fault = self._is_connection_error(error)
+            if cluster_fault:
+                self.cluster.mark_unavailable(error)
+            await self._apply(self.runner.on_trial_errored(
+                decision.name, f"launch failed: {type(error).__name__}: {error}", now,
+                cluster_fault=cluster_fault))
+            return
+        self.runner.on_trial_launched(decision.name, now)
+        if decision.attempt == 0 and not decision.checkpoint:
+            await self.store.event("Normal", "TrialLaunched", f"{decision.name} launched with {dict(decision.params)}")
+        else:
+            await self.store.event("Normal", "TrialRelaunched",
+                                   f"{decision.name} relaunched (attempt {decision.attempt}) from {decision.checkpoint or 'scratch'}")
+
+    async def _stop(self, decision: StopTrial) -> None:
+        await asyncio.to_thread(self.cluster.executor.stop, self._trial_key(decision.name))
+        if decision.phase is TrialPhase.FAILED:
+            await self.store.event("Warning", "TrialFailed", f"{decision.name}: {decision.reason}: {decision.message}"[:1000])
+        elif decision.phase is TrialPhase.STOPPED:
+            await self.store.event("Normal", decision.reason or "TrialStopped", f"{decision.name}: {decision.message}"[:1000])
+
+    # ------------------------------------------------------------------ results
+
+    async def _poll_running(self) -> bool:
+        running = self.runner.running_trials()
+        if not running:
+            return False
+        cursors = {self._trial_key(name): self.runner.trials[name].last_seq for name in running}
+        updates = await asyncio.to_thread(self.cluster.executor.poll, cursors)
+        now = self._clock()
+        busy = False
+        for key, update in updates.items():
+            name = key.rsplit("/", 1)[1]
+            if update.results:
+                busy = True
+                self._touched.add(name)
+                for result in update.results:
+                    await self._apply(self.runner.on_trial_result(name, result, now))
+            if update.state == "completed":
+                busy = True
+                await self._apply(self.runner.on_trial_completed(name, now))
+            elif update.state == "failed":
+                busy = True
+                await self._apply(self.runner.on_trial_errored(name, update.error or "trial failed", now))
+            elif update.state == "missing":
+                busy = True
+                await self._apply(self.runner.on_trial_errored(
+                    name, update.error or "trial's Ray actor is gone (worker or node died)", now,
+                    cluster_fault=bool(getattr(update, "cluster_fault", False))))
+            if busy:
+                self._touched.add(name)
+        return busy
+
+    # ------------------------------------------------------------------ status
+
+    async def flush(self, *, force: bool = False) -> None:
+        """Write what changed: phases at once, metrics and the summary coalesced."""
+        if self.runner is None:
+            return
+        now = self._clock()
+        for name in self._touched:
+            trial = self.runner.trials.get(name)
+            if trial is not None:
+                self._trial_writes.want(name, render.trial_status(trial))
+        self._touched.clear()
+        for name, status in self._trial_writes.due(now, force=force):
+            await self.store.patch_trial_status(name, status)
+            self._trial_writes.written(name, status, now)
+        await self._flush_experiment(now, force=force)
+
+    async def _flush_experiment(self, now: float, *, force: bool) -> None:
+        extra = []
+        if self.cluster is not None:
+            unavailable = bool(self.cluster.last_error)
+            if unavailable or any(c.get("type") == "RayUnavailable"
+                                  for c in self._experiment_written.get("conditions") or []):
+                extra.append(("RayUnavailable", unavailable, "ConnectionFailed" if unavailable else "Connected",
+                              self.cluster.last_error))
+        if self._spec_problem is not None:
+            extra.append(("SpecRejected", True, *self._spec_problem))
+        elif any(c.get("type") == "SpecRejected" for c in self._experiment_written.get("conditions") or []):
+            extra.append(("SpecRejected", False, "SpecAccepted", ""))
+        summary = self.runner.summary(now)
+        status = render.experiment_status(
+            summary, total=self.spec.budget.max_trials, previous=self._experiment_written,
+            generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra)
+        if status == self._experiment_written:
+            return
+        phase_changed = status.get("phase") != self._experiment_written.get("phase")
+        if not (force or phase_changed or now - self._experiment_written_at >= EXPERIMENT_WRITE_INTERVAL):
+            return
+        await self.store.patch_experiment_status(status)
+        self._experiment_written = status
+        self._experiment_written_at = now
+
+    # ------------------------------------------------------------------ helpers
+
+    def _trial_key(self, trial: str) -> str:
+        return f"{self.namespace}/{self.name}/{trial}"
+
+    @staticmethod
+    def _is_connection_error(error: BaseException) -> bool:
+        import ray.exceptions
+        return isinstance(error, (RayUnavailable, ConnectionError, ray.exceptions.RaySystemError,
+                                  ray.exceptions.GetTimeoutError)) or type(error).__name__ in {
+            "RayUnavailableError", "RpcError", "RaySystemError"}

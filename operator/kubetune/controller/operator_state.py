@@ -1,0 +1,49 @@
+"""Operator-wide state: the cluster registry and one ExperimentController per
+Experiment.  kopf handlers (handlers.py) only route events here."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from kubetune.controller.clusters import ClusterRegistry
+from kubetune.controller.experiment import ExperimentController
+
+log = logging.getLogger(__name__)
+
+
+class OperatorState:
+    def __init__(self, registry: ClusterRegistry, store_factory: Callable[[str, str, Mapping[str, Any]], Any],
+                 checkpoint_storage: str) -> None:
+        self.registry = registry
+        self._store_factory = store_factory
+        self._checkpoint_storage = checkpoint_storage
+        self.controllers: dict[tuple[str, str], ExperimentController] = {}
+
+    def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
+        key = (namespace, name)
+        if key not in self.controllers:
+            self.controllers[key] = ExperimentController(
+                namespace=namespace, name=name, store=self._store_factory(namespace, name, body),
+                registry=self.registry, body=lambda: body, checkpoint_storage=self._checkpoint_storage)
+        return self.controllers[key]
+
+    def wake(self, namespace: str, name: str) -> None:
+        controller = self.controllers.get((namespace, name))
+        if controller is not None:
+            controller.wake()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.controllers.pop((namespace, name), None)
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """The Experiment is being deleted: end its trials on Ray (Trials go by GC)."""
+        controller = self.controllers.pop((namespace, name), None)
+        if controller is not None:
+            await controller.shutdown(stop_trials=True)
+            return
+        # no controller in this process (e.g. deleted while the operator was down)
+        for handle in self.registry.handles():
+            if handle.executor is not None:
+                prefix = f"{namespace}/{name}/"
+                for key in handle.executor.list_trials(prefix):
+                    handle.executor.stop(key)

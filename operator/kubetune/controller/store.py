@@ -1,0 +1,56 @@
+"""Where an ExperimentController persists what it decided.
+
+Two implementations: ``k8s.store.KubeStore`` (Trial and Experiment resources — the
+operator) and ``MemoryStore`` below (``kubetune run`` on a laptop).  The controller
+only ever talks to this protocol, so both paths run the very same loop.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol
+
+
+class Store(Protocol):
+    async def list_trials(self) -> list[dict[str, Any]]:
+        """Every Trial object of this experiment (full bodies, with status)."""
+
+    async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a Trial; if one of that name exists already, return it (idempotent)."""
+
+    async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+    async def patch_experiment_status(self, status: Mapping[str, Any]) -> None: ...
+
+    async def event(self, kind: str, reason: str, message: str) -> None:
+        """Record something a human should see (Kubernetes Event; a log line locally)."""
+
+
+class MemoryStore:
+    """In-process store for ``kubetune run``: the same shapes, held in dicts."""
+
+    def __init__(self, on_event=None) -> None:
+        self.trials: dict[str, dict[str, Any]] = {}
+        self.experiment_status: dict[str, Any] = {}
+        self.writes = 0
+        self._on_event = on_event
+
+    async def list_trials(self) -> list[dict[str, Any]]:
+        return [dict(t) for t in self.trials.values()]
+
+    async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if name not in self.trials:
+            self.writes += 1
+            self.trials[name] = {**body, "status": dict(body.get("status") or {})}
+        return self.trials[name]
+
+    async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.writes += 1
+        self.trials[name]["status"].update(status)
+
+    async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
+        self.writes += 1
+        self.experiment_status.update(status)
+
+    async def event(self, kind: str, reason: str, message: str) -> None:
+        if self._on_event is not None:
+            self._on_event(kind, reason, message)

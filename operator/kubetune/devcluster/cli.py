@@ -1,0 +1,82 @@
+"""``kubetune devcluster up | down | env | status``: one local control plane at a time,
+its state in ``${KUBETUNE_CACHE:-~/.cache/kubetune}/devcluster/``.
+
+Imports stay light here: ``kubetune --help`` loads this module.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    from kubetune.devcluster.build import cache_root
+    return cache_root() / "devcluster"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["up", "down", "env", "status"],
+                        help="up: build (first time) and start; down: stop and clean up; "
+                             "env: print `export KUBECONFIG=...`; status: show what runs")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the plane keeps its state (default: ${KUBETUNE_CACHE:-~/.cache/kubetune}/devcluster)")
+    parser.add_argument("--with-scheduler", action="store_true",
+                        help="also run kube-scheduler (needed for pod trials)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness (up)")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    from kubetune.devcluster.controlplane import ControlPlane, ControlPlaneError
+
+    state_dir = (args.state_dir or default_state_dir()).expanduser()
+    plane = ControlPlane.load(state_dir, log=_log)
+    export = f"export KUBECONFIG={shlex.quote(str(state_dir / 'kubeconfig'))}"
+
+    if args.action == "up":
+        if plane is not None and plane.is_running() and plane.ready():
+            _log(f"devcluster: already running at {plane.server}")
+            print(export)
+            return 0
+        if plane is not None:
+            plane.stop()  # leftovers of a crashed plane
+        try:
+            ControlPlane(state_dir, with_scheduler=args.with_scheduler, log=_log).start(timeout=args.timeout)
+        except ControlPlaneError as exc:
+            _log(f"devcluster: start failed: {exc}")
+            return 1
+        _log("devcluster: to use it, run:  eval \"$(kubetune devcluster env)\"")
+        print(export)
+        return 0
+
+    if args.action == "down":
+        if plane is None:
+            _log(f"devcluster: nothing to stop in {state_dir}")
+            return 0
+        plane.stop()
+        _log(f"devcluster: stopped {', '.join(r.name for r in plane.records) or 'nothing'}; removed {state_dir}")
+        return 0
+
+    if args.action == "env":
+        if plane is None or not plane.is_running():
+            _log("devcluster: not running; start it with `kubetune devcluster up`")
+            return 1
+        print(export)
+        return 0
+
+    # status
+    if plane is None:
+        print(f"devcluster: not running (no state in {state_dir})")
+        return 1
+    alive = plane.alive()
+    ready = plane.ready()
+    print(f"server:     {plane.server}  ({'ready' if ready else 'NOT ready'})")
+    print(f"kubeconfig: {plane.kubeconfig}")
+    for record in plane.records:
+        print(f"  {record.name:<24} pid {record.pid:<8} {'running' if alive[record.name] else 'EXITED'}  log {record.log}")
+    return 0 if ready and all(alive.values()) else 1

@@ -1,0 +1,128 @@
+"""Start and stop the component processes, by pid, safely.
+
+A pid alone is not an identity: after a reboot or a long time it may belong to
+another program.  Each record also keeps the process's start time (from
+/proc/<pid>/stat), and ``stop`` only signals a pid whose start time still matches.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces and parentheses: split after it
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+@dataclass
+class ProcessRecord:
+    name: str
+    pid: int
+    start_ticks: int | None
+    log: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ProcessRecord":
+        return cls(**data)
+
+    def is_alive(self) -> bool:
+        if not Path("/proc").is_dir():  # no procfs: best effort
+            try:
+                os.kill(self.pid, 0)
+                return True
+            except ProcessLookupError:
+                return False
+        ticks = _start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks and not _is_zombie(self.pid)
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = Path(self.log).read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _die_with_parent() -> None:
+    # Linux only: the kernel sends SIGTERM when the spawning thread exits, so a
+    # test session killed with SIGKILL does not leave a control plane behind
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def spawn(name: str, argv: list[str], log_path: Path, *, die_with_parent: bool = False) -> tuple[ProcessRecord, subprocess.Popen]:
+    """Start ``argv`` in its own session with stdout+stderr going to ``log_path``."""
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C in the terminal that ran `up` does not reach it
+            preexec_fn=_die_with_parent if die_with_parent and os.uname().sysname == "Linux" else None,
+        )
+    return ProcessRecord(name, proc.pid, _start_ticks(proc.pid), str(log_path)), proc
+
+
+def stop(record: ProcessRecord, proc: subprocess.Popen | None = None, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; returns once the process is gone."""
+    if not record.is_alive():
+        if proc is not None:
+            proc.poll()  # reap
+        return
+    _signal(record, signal.SIGTERM)
+    if _wait_gone(record, proc, timeout):
+        return
+    _signal(record, signal.SIGKILL)
+    if not _wait_gone(record, proc, 10.0):
+        raise RuntimeError(f"{record.name} (pid {record.pid}) survived SIGKILL")
+
+
+def _signal(record: ProcessRecord, sig: int) -> None:
+    try:
+        os.kill(record.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(record: ProcessRecord, proc: subprocess.Popen | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None:
+            try:
+                proc.wait(timeout=0.05)
+                return True
+            except subprocess.TimeoutExpired:
+                pass
+        elif not record.is_alive():
+            return True
+        else:
+            time.sleep(0.05)
+    return not record.is_alive()

@@ -1,0 +1,87 @@
+"""``kubetune run FILE``: the same Experiment file and the same controller loop, on
+embedded Ray, with an in-memory store instead of Kubernetes."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from typing import Any
+
+import yaml
+
+from kubetune.controller import table
+from kubetune.controller.clusters import ClusterRegistry
+from kubetune.controller.experiment import ExperimentController
+from kubetune.controller.store import MemoryStore
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="an Experiment manifest (YAML)")
+    parser.add_argument("--ray-address", default="local", help="local (default), auto, or ray://host:10001")
+    parser.add_argument("--output", "-o", choices=["table", "json"], default="table",
+                        help="table: live progress; json: one machine-readable summary at the end")
+    parser.add_argument("--checkpoint-storage", default="", help="where checkpoints go (default: ~/.cache/kubetune)")
+
+
+def load_experiment(path: str) -> dict[str, Any]:
+    with open(path) as handle:
+        documents = [d for d in yaml.safe_load_all(handle) if d]
+    experiments = [d for d in documents if d.get("kind") == "Experiment"]
+    if len(experiments) != 1:
+        raise SystemExit(f"{path}: expected exactly one Experiment, found {len(experiments)}")
+    body = experiments[0]
+    body.setdefault("metadata", {}).setdefault("name", "experiment")
+    body["metadata"].update(generation=1, uid=str(uuid.uuid4()))
+    return body
+
+
+async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_storage: str,
+                         show: bool) -> tuple[ExperimentController, MemoryStore]:
+    from kubetune.executors.ray import RayExecutor
+
+    events: list[str] = []
+    store = MemoryStore(on_event=lambda kind, reason, message: events.append(f"{reason}: {message}"))
+    registry = ClusterRegistry(ray_address, RayExecutor)
+    namespace = body["metadata"].get("namespace", "local")
+    last_drawn = [0.0]
+
+    def draw(controller: ExperimentController) -> None:
+        now = time.monotonic()
+        if show and now - last_drawn[0] >= 1.0:
+            last_drawn[0] = now
+            table.draw(sys.stdout, controller, store)
+
+    controller = ExperimentController(namespace=namespace, name=body["metadata"]["name"], store=store,
+                                      registry=registry, body=lambda: body, on_cycle=draw,
+                                      checkpoint_storage=checkpoint_storage)
+    await controller.run(stopped=lambda: _finished(controller, store))
+    if show:
+        table.draw(sys.stdout, controller, store, final=True)
+    return controller, store
+
+
+def _finished(controller: ExperimentController, store: MemoryStore) -> bool:
+    status = store.experiment_status
+    if status.get("phase") == "Failed" and controller.runner is None:
+        return True   # invalid spec: nothing will ever run
+    runner = controller.runner
+    return runner is not None and runner.summary(time.time()).finished is not None and not runner.active_trials()
+
+
+def main(args: argparse.Namespace) -> int:
+    body = load_experiment(args.file)
+    controller, store = asyncio.run(run_experiment(
+        body, ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
+        show=args.output == "table"))
+    status = store.experiment_status
+    if args.output == "json":
+        trials = [{"name": name, "phase": t["status"].get("phase"), "parameters": t["spec"]["parameters"],
+                   "bestMetric": t["status"].get("bestMetric"), "iteration": t["status"].get("iteration")}
+                  for name, t in sorted(store.trials.items(), key=lambda kv: kv[1]["spec"]["index"])]
+        json.dump({"experiment": body["metadata"]["name"], "status": status, "trials": trials},
+                  sys.stdout, indent=2, default=str)
+        print()
+    return 0 if status.get("phase") == "Succeeded" else 1

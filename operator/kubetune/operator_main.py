@@ -1,0 +1,34 @@
+"""``kubetune operator``: run the kopf operator against the current KUBECONFIG
+(or the in-cluster service account)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", "-n", action="append", default=[],
+                        help="watch only this namespace (repeatable); default: all namespaces")
+    parser.add_argument("--ray-address", default=os.environ.get("KUBETUNE_RAY_ADDRESS", "local"),
+                        help="default Ray cluster: local (embedded), auto, or ray://host:10001")
+    parser.add_argument("--checkpoint-storage", default=os.environ.get("KUBETUNE_CHECKPOINT_STORAGE", ""),
+                        help="default checkpoint storage when an Experiment names none")
+    parser.add_argument("--log-level", default=os.environ.get("KUBETUNE_LOG_LEVEL", "INFO"))
+    parser.add_argument("--liveness", default="", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+
+
+def main(args: argparse.Namespace) -> int:
+    import kopf
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ["KUBETUNE_RAY_ADDRESS"] = args.ray_address
+    if args.checkpoint_storage:
+        os.environ["KUBETUNE_CHECKPOINT_STORAGE"] = args.checkpoint_storage
+    import kubetune.handlers  # noqa: F401  (registers the handlers)
+
+    asyncio.run(kopf.operator(
+        clusterwide=not args.namespace, namespaces=args.namespace or None,
+        liveness_endpoint=args.liveness or None, standalone=True))
+    return 0
