@@ -80,7 +80,10 @@ class ClusterHandle:
         if not force and now - self._capacity_at < CAPACITY_REFRESH_SECONDS:
             return
         capacity = await asyncio.to_thread(self.executor.cluster_resources)
-        self.ledger.set_capacity(capacity.total, capacity.nodes, capacity.node_types)
+        node_types = getattr(self.executor, "node_types", lambda: None)()
+        self.ledger.set_capacity(Resources.from_ray(capacity.total),
+                                 [Resources.from_ray(node.total) for node in capacity.nodes] or None,
+                                 node_types)
         self._capacity_at = now
         await self._sync_autoscaler_request()
 
@@ -90,10 +93,10 @@ class ClusterHandle:
         waiting = list(self.ledger.waiting_bundles())
         if waiting == self._requested:
             return
-        request = getattr(self.executor, "request_resources", None)
-        if request is None:
-            return
-        await asyncio.to_thread(request, waiting)
+        # request_resources sizes the cluster for the whole list, so it names what is held
+        # as well as what waits; an empty list withdraws the request
+        bundles = [bundle.to_ray() for bundle in self.ledger.autoscaler_request()] if waiting else []
+        await asyncio.to_thread(self.executor.request_resources, bundles)
         self._requested = waiting
 
 

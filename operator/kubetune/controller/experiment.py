@@ -77,12 +77,8 @@ class ExperimentController:
         self._stopping = True
         self.wake()
         if stop_trials and self.cluster is not None and self.cluster.executor is not None:
-            prefix = self._trial_key("")
-            executor = self.cluster.executor
-            keys = set(await asyncio.to_thread(executor.list_trials, prefix))
-            if self.runner is not None:
-                keys |= {self._trial_key(n) for n in self.runner.active_trials()}
-            await asyncio.gather(*(asyncio.to_thread(executor.stop, key) for key in keys))
+            # every actor and placement group under the experiment, pooled workers included
+            await asyncio.to_thread(self.cluster.executor.stop_all, self._trial_key(""))
             if self.runner is not None:
                 for name in list(self.runner.active_trials()):
                     self.cluster.ledger.release(self._trial_key(name))
@@ -157,9 +153,14 @@ class ExperimentController:
         status = body.get("status") or {}
         start_time = parse_rfc3339(status["startTime"]) if status.get("startTime") else now
         trials = await self.store.list_trials()
-        self.runner = TrialRunner(spec, experiment=self.name, start_time=start_time,
-                                  ledger=self.cluster.ledger, owner=self._trial_key(""))
-        self.runner.restore([render.trial_record(t) for t in trials])
+        try:
+            runner = TrialRunner(spec, experiment=self.name, start_time=start_time,
+                                 ledger=self.cluster.ledger, owner=self._trial_key(""))
+        except SpecError as error:   # e.g. a search algorithm whose package is missing
+            await self._fail_invalid_spec(str(error), self._body().get("metadata", {}).get("generation"))
+            return
+        runner.restore([render.trial_record(t) for t in trials])
+        self.runner = runner
         for trial in trials:
             self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
         self._experiment_written = dict(status)
@@ -209,7 +210,6 @@ class ExperimentController:
 
     async def _launch(self, decision: LaunchTrial) -> None:
         spec = self.spec
-        trial = self.runner.trials[decision.name]
         request = LaunchRequest(
             trial_key=self._trial_key(decision.name),
             entrypoint=spec.trial.entrypoint,
@@ -217,11 +217,14 @@ class ExperimentController:
             resources=spec.trial.resources,
             checkpoint=decision.checkpoint,
             start_iteration=decision.start_iteration,
-            start_seq=trial.last_seq,
+            start_seq=decision.last_result_seq,
             attempt=decision.attempt,
             runtime_env=dict(spec.trial.runtime_env) if spec.trial.runtime_env else None,
             storage=spec.checkpoint.storage or self._default_storage,
             keep_last=spec.checkpoint.keep_last,
+            keep_best=spec.checkpoint.keep_best,
+            metric=spec.objective.metric,
+            mode=spec.objective.mode,
         )
         now = self._clock()
         try:

@@ -2,6 +2,7 @@
 Experiment.  kopf handlers (handlers.py) only route events here."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
@@ -44,6 +45,4 @@ class OperatorState:
         # no controller in this process (e.g. deleted while the operator was down)
         for handle in self.registry.handles():
             if handle.executor is not None:
-                prefix = f"{namespace}/{name}/"
-                for key in handle.executor.list_trials(prefix):
-                    handle.executor.stop(key)
+                await asyncio.to_thread(handle.executor.stop_all, f"{namespace}/{name}/")

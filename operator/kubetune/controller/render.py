@@ -49,12 +49,13 @@ def trial_status(trial: Any) -> dict[str, Any]:
     }
     if trial.history:
         status["lastMetrics"] = dict(trial.history[-1])
-    if trial.best_metric is not None:
-        status["bestMetric"] = trial.best_metric
+    if trial.best_value is not None:
+        status["bestMetric"] = trial.best_value
     if trial.checkpoint:
         status["checkpoint"] = trial.checkpoint
-    if trial.failures:
-        status["failures"] = [dict(f) for f in trial.failures]
+        status["checkpointIteration"] = trial.checkpoint_iteration
+    if trial.failure_log:
+        status["failures"] = [{**f, "time": rfc3339(f["time"])} for f in trial.failure_log]
     if trial.parent:
         status["parent"] = trial.parent
     if trial.lineage:
@@ -77,10 +78,16 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         phase=TrialPhase(status.get("phase", "Pending")),
         history=tuple(status.get("history") or ()),
         checkpoint=status.get("checkpoint"),
-        failures=len(status.get("failures") or ()),
+        # retries caused by the cluster (Ray restarted) do not count against maxFailures
+        failures=sum(1 for f in status.get("failures") or () if f.get("reason") != "ClusterFault"),
         reason=status.get("reason", ""),
         message=status.get("message", ""),
         parent=status.get("parent"),
+        attempt=int(status.get("attempt", 0)),
+        iteration=status.get("iteration"),
+        last_result_seq=status.get("lastResultSeq"),
+        checkpoint_iteration=status.get("checkpointIteration"),
+        lineage=tuple(status.get("lineage") or ()),
     )
 
 

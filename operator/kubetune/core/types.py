@@ -38,6 +38,9 @@ class Result:
     metrics: Mapping[str, Any]
     timestamp: float
     checkpoint: str | None = None
+    # Which launch of the trial produced it (LaunchTrial.attempt); None = unknown. Lets the
+    # runner drop a late result of a run it already paused or restarted.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,12 @@ class TrialRecord:
     reason: str = ""
     message: str = ""
     parent: str | None = None                     # PBT: trial whose checkpoint was cloned
+    # Added by the core (all optional, so older callers keep working):
+    attempt: int = 0                              # launches so far minus one
+    iteration: int | None = None                  # last reported; None -> from history
+    last_result_seq: int | None = None            # None -> len(history) - 1 (seqs from 0)
+    checkpoint_iteration: int | None = None       # iteration of ``checkpoint``; None -> iteration
+    lineage: tuple[Mapping[str, Any], ...] = ()   # PBT: {iteration, from, params} per exploit
 
 
 # ---------------------------------------------------------------- decisions
@@ -77,6 +86,9 @@ class LaunchTrial:
     checkpoint: str | None = None
     start_iteration: int = 0
     attempt: int = 0
+    # The last result seq already recorded (-1: none); the new run numbers its results
+    # from last_result_seq + 1 so nothing it reports is mistaken for a duplicate.
+    last_result_seq: int = -1
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,7 @@ class PauseTrial:
     """Take a running trial off the cluster, keeping its latest checkpoint."""
     name: str
     reason: str
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -126,3 +139,4 @@ class ExperimentSummary:
     best_iteration: int | None = None
     queue_reason: str = ""
     finished: FinishExperiment | None = None
+    max_trials: int = 0                                     # for progress: done/max_trials

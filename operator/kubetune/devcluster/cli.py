@@ -17,9 +17,10 @@ def default_state_dir() -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["up", "down", "env", "status"],
+    parser.add_argument("action", choices=["up", "down", "env", "status", "build"],
                         help="up: build (first time) and start; down: stop and clean up; "
-                             "env: print `export KUBECONFIG=...`; status: show what runs")
+                             "env: print `export KUBECONFIG=...`; status: show what runs; "
+                             "build: only build (or find) the binaries")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the plane keeps its state (default: ${KUBETUNE_CACHE:-~/.cache/kubetune}/devcluster)")
     parser.add_argument("--with-scheduler", action="store_true",
@@ -32,9 +33,20 @@ def _log(message: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from kubetune.devcluster.build import BuildError
     from kubetune.devcluster.controlplane import ControlPlane, ControlPlaneError
 
-    state_dir = (args.state_dir or default_state_dir()).expanduser()
+    if args.action == "build":
+        from kubetune.devcluster.build import ALL_BINARIES, ensure_binaries
+        try:
+            for name, path in ensure_binaries(ALL_BINARIES, log=_log).items():
+                print(f"{name}: {path}")
+        except BuildError as exc:
+            _log(f"devcluster: {exc}")
+            return 1
+        return 0
+
+    state_dir = (args.state_dir or default_state_dir()).expanduser().resolve()
     plane = ControlPlane.load(state_dir, log=_log)
     export = f"export KUBECONFIG={shlex.quote(str(state_dir / 'kubeconfig'))}"
 
@@ -47,10 +59,11 @@ def main(args: argparse.Namespace) -> int:
             plane.stop()  # leftovers of a crashed plane
         try:
             ControlPlane(state_dir, with_scheduler=args.with_scheduler, log=_log).start(timeout=args.timeout)
-        except ControlPlaneError as exc:
+        except (ControlPlaneError, BuildError) as exc:
             _log(f"devcluster: start failed: {exc}")
             return 1
-        _log("devcluster: to use it, run:  eval \"$(kubetune devcluster env)\"")
+        where = f" --state-dir {shlex.quote(str(state_dir))}" if args.state_dir else ""
+        _log(f"devcluster: to use it, run:  eval \"$(kubetune devcluster env{where})\"")
         print(export)
         return 0
 

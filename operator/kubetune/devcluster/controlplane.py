@@ -13,6 +13,7 @@ the ports and the pid (and start time) of every process as soon as it is spawned
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import shutil
 import ssl
@@ -102,10 +103,15 @@ class ControlPlane:
         deadline = started + timeout
         try:
             pki = certs.generate(self.state_dir / "pki")
-            self._save_state()
             etcd_url = self._start_etcd(binaries["etcd"], deadline)
             self._start_apiserver(binaries["kube-apiserver"], etcd_url, pki, deadline)
             self._write_kubeconfig(pki)
+            if self.install_crds:
+                # before the controller manager: its garbage collector discovers resource
+                # types at start and then only every 30 s
+                from kubetune.devcluster.crds import install_crds
+                with self.api_client() as api:
+                    install_crds(api, self.crds_dir, timeout=max(deadline - time.monotonic(), 5.0))
             self._spawn("kube-controller-manager", [
                 str(binaries["kube-controller-manager"]), f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false", "--secure-port=0",
@@ -123,10 +129,6 @@ class ControlPlane:
             # the ServiceAccount admission plugin rejects pods until this exists
             self._wait("kube-controller-manager", "the default ServiceAccount to be created", deadline,
                        lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200)
-            if self.install_crds:
-                from kubetune.devcluster.crds import install_crds
-                with self.api_client() as api:
-                    install_crds(api, self.crds_dir, timeout=max(deadline - time.monotonic(), 5.0))
         except BaseException:
             self._stop_processes()
             raise
@@ -180,6 +182,7 @@ class ControlPlane:
         (self.state_dir / "logs").mkdir(exist_ok=True)
         self.records = []
         self._popens = {}
+        self._save_state()  # marks the directory as ours, even if the build below is interrupted
 
     def _spawn(self, name: str, argv: list[str]) -> ProcessRecord:
         record, popen = processes.spawn(name, argv, self.state_dir / "logs" / f"{name}.log",
@@ -237,7 +240,7 @@ class ControlPlane:
             try:
                 if check():
                     return
-            except (OSError, ValueError, urllib.error.URLError) as exc:
+            except (OSError, ValueError, http.client.HTTPException) as exc:  # URLError is an OSError
                 last_error = f" (last error: {exc})"
             if time.monotonic() > deadline:
                 raise ControlPlaneError(component, f"timed out waiting for {what}{last_error}",

@@ -1,0 +1,13 @@
+"""The Experiment data model: parse and validate Experiment CR specs (pure, no I/O)."""
+from kubetune.spec.model import (
+    Budget, CheckpointSpec, ExperimentSpec, Objective, Param, RaySpec, SchedulerSpec, SearchSpec,
+    SpecError, TrialResources, TrialTemplate,
+)
+from kubetune.spec.parse import parse_experiment
+from kubetune.spec.quantities import format_memory, parse_duration, parse_memory
+
+__all__ = [
+    "parse_experiment", "SpecError", "ExperimentSpec", "Objective", "Param", "SearchSpec",
+    "SchedulerSpec", "Budget", "TrialTemplate", "TrialResources", "CheckpointSpec", "RaySpec",
+    "parse_duration", "parse_memory", "format_memory",
+]

@@ -1,0 +1,25 @@
+"""Trial schedulers: one per file behind ``base.TrialScheduler``; ``make_scheduler``
+picks the one an Experiment's ``spec.scheduler.type`` names."""
+from __future__ import annotations
+
+from kubetune.core.schedulers.asha import ASHAScheduler
+from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler
+from kubetune.core.schedulers.fifo import FIFOScheduler
+from kubetune.core.schedulers.hyperband import HyperBandScheduler
+from kubetune.core.schedulers.median import MedianStoppingScheduler
+from kubetune.core.schedulers.pbt import PBTScheduler
+from kubetune.core.search import Searcher
+from kubetune.spec.model import ExperimentSpec
+
+SCHEDULERS: dict[str, type[TrialScheduler]] = {
+    "fifo": FIFOScheduler, "asha": ASHAScheduler, "hyperband": HyperBandScheduler,
+    "median": MedianStoppingScheduler, "pbt": PBTScheduler,
+}
+
+
+def make_scheduler(spec: ExperimentSpec, searcher: Searcher) -> TrialScheduler:
+    return SCHEDULERS[spec.scheduler.type](spec, searcher)
+
+
+__all__ = ["make_scheduler", "TrialScheduler", "SchedulerDecision", "Action", "CONTINUE", "SCHEDULERS",
+           "FIFOScheduler", "ASHAScheduler", "HyperBandScheduler", "MedianStoppingScheduler", "PBTScheduler"]

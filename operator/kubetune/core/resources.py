@@ -1,0 +1,382 @@
+"""Resource amounts and the per-Ray-cluster ledger that decides who may start.
+
+One ``ResourceLedger`` is shared by every Experiment on the same Ray cluster: a
+trial only launches when the ledger grants all of its bundles (a placement group
+starts all or nothing), and what is waiting is remembered so the Ray autoscaler
+can be told about it and freed resources go to whoever waited longest.
+Pure bookkeeping: the executor feeds it the cluster's shape, nothing here asks Ray.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from kubetune.spec.model import TrialResources
+from kubetune.spec.quantities import format_memory
+
+# Ray accounts resources in units of 1/10000; rounding to that keeps repeated
+# add/sub of 0.1 CPU from drifting into "0.30000000000000004 free".
+_PRECISION = 4
+
+
+def _round(value: float) -> float:
+    return round(value, _PRECISION)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """CPU, GPU, memory (bytes) and custom resources. Never negative."""
+    cpu: float = 0.0
+    gpu: float = 0.0
+    memory: float = 0.0
+    custom: Mapping[str, float] = field(default_factory=dict)
+
+    def _amounts(self) -> dict[str, float]:
+        return {"CPU": self.cpu, "GPU": self.gpu, "memory": self.memory, **self.custom}
+
+    @staticmethod
+    def _from_amounts(amounts: Mapping[str, float]) -> "Resources":
+        custom = {k: v for k, v in amounts.items() if k not in ("CPU", "GPU", "memory") and v > 0}
+        return Resources(cpu=amounts.get("CPU", 0.0), gpu=amounts.get("GPU", 0.0),
+                         memory=amounts.get("memory", 0.0), custom=custom)
+
+    def __add__(self, other: "Resources") -> "Resources":
+        if not self.custom and not other.custom:     # the common case, without dicts
+            return Resources(_round(self.cpu + other.cpu), _round(self.gpu + other.gpu),
+                             _round(self.memory + other.memory))
+        a, b = self._amounts(), other._amounts()
+        return Resources._from_amounts({k: _round(a.get(k, 0.0) + b.get(k, 0.0)) for k in a.keys() | b.keys()})
+
+    def __sub__(self, other: "Resources") -> "Resources":
+        """Subtracting more than there is leaves zero: a free amount is never negative."""
+        if not self.custom and not other.custom:
+            return Resources(max(0.0, _round(self.cpu - other.cpu)), max(0.0, _round(self.gpu - other.gpu)),
+                             max(0.0, _round(self.memory - other.memory)))
+        a, b = self._amounts(), other._amounts()
+        return Resources._from_amounts({k: max(0.0, _round(a.get(k, 0.0) - b.get(k, 0.0))) for k in a})
+
+    def scaled(self, factor: float) -> "Resources":
+        return Resources._from_amounts({k: _round(v * factor) for k, v in self._amounts().items()})
+
+    def fits(self, capacity: "Resources") -> bool:
+        """True when this amount fits inside ``capacity`` in every resource."""
+        if not self.custom:
+            return (self.cpu <= capacity.cpu + 1e-9 and self.gpu <= capacity.gpu + 1e-9
+                    and self.memory <= capacity.memory + 1e-9)
+        have = capacity._amounts()
+        return all(v <= have.get(k, 0.0) + 1e-9 for k, v in self._amounts().items() if v > 0)
+
+    def ratio(self, capacity: "Resources") -> float:
+        """How full ``capacity`` would be with this amount: the largest used fraction
+        over the resources ``capacity`` has (inf if this needs something it lacks)."""
+        have = capacity._amounts()
+        worst = 0.0
+        for k, v in self._amounts().items():
+            if v <= 0:
+                continue
+            if have.get(k, 0.0) <= 0:
+                return float("inf")
+            worst = max(worst, v / have[k])
+        return worst
+
+    def kinds(self) -> list[str]:
+        """Names of the resources this amount asks for (Ray's spelling)."""
+        return [k for k, v in self._amounts().items() if v > 0]
+
+    def amount(self, kind: str) -> float:
+        return self._amounts().get(kind, 0.0)
+
+    def is_zero(self) -> bool:
+        return not self.kinds()
+
+    def to_ray(self) -> dict[str, float]:
+        """The dict Ray's ``resources=`` / placement-group bundles / ``request_resources`` take."""
+        return {k: v for k, v in self._amounts().items() if v > 0}
+
+    @staticmethod
+    def from_ray(amounts: Mapping[str, float]) -> "Resources":
+        """From a Ray resource dict (``ray.nodes()[i]["Resources"]``); Ray's internal
+        per-node markers such as ``node:10.0.0.1`` are not schedulable amounts."""
+        return Resources._from_amounts({k: float(v) for k, v in amounts.items()
+                                        if not k.startswith("node:") and k != "object_store_memory"})
+
+    def describe(self) -> str:
+        parts = [f"{_fmt(self.cpu)} CPU" if self.cpu else "", f"{_fmt(self.gpu)} GPU" if self.gpu else "",
+                 f"{format_memory(self.memory)} memory" if self.memory else ""]
+        parts += [f"{_fmt(v)} {k}" for k, v in sorted(self.custom.items()) if v]
+        return ", ".join(p for p in parts if p) or "nothing"
+
+
+def describe_amount(kind: str, value: float) -> str:
+    return f"{format_memory(value)} memory" if kind == "memory" else f"{_fmt(value)} {kind}"
+
+
+def trial_bundles(resources: TrialResources) -> list[Resources]:
+    """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
+    bundle = Resources(cpu=resources.cpu, gpu=resources.gpu, memory=float(resources.memory_bytes or 0),
+                       custom=dict(resources.custom))
+    return [bundle] * resources.bundles
+
+
+def total_of(bundles: Iterable[Resources]) -> Resources:
+    total = Resources()
+    for bundle in bundles:
+        total = total + bundle
+    return total
+
+
+def first_fit(bundles: list[Resources], free_per_node: list[Resources]) -> list[int] | None:
+    """Node index for each bundle, placing each on the first node with room; None if any cannot."""
+    free = list(free_per_node)
+    placement = []
+    for bundle in bundles:
+        for index, node_free in enumerate(free):
+            if bundle.fits(node_free):
+                free[index] = node_free - bundle
+                placement.append(index)
+                break
+        else:
+            return None
+    return placement
+
+
+@dataclass
+class _Waiting:
+    bundles: list[Resources]
+    priority: int
+    order: int            # arrival order: smaller waited longer
+
+
+class ResourceLedger:
+    """Who holds what on one Ray cluster, and who is waiting for what."""
+
+    def __init__(self) -> None:
+        self._total = Resources()
+        self._nodes: list[Resources] = []
+        self._node_types: list[Resources] | None = None
+        self._known = False                     # capacity never reported: nobody may start yet
+        self._held: dict[str, list[tuple[int, Resources]]] = {}   # owner -> (node index, bundle)
+        self._node_free: list[Resources] = []     # per node: capacity minus what is held there
+        self._waiting: dict[str, _Waiting] = {}
+        self._arrivals = itertools.count()
+
+    # ------------------------------------------------------------ capacity
+
+    def set_capacity(self, total: Resources, nodes: list[Resources] | None = None,
+                     node_types: list[Resources] | None = None) -> None:
+        """The cluster's shape: ``nodes`` is the full capacity of each live node (as Ray
+        reports it; the ledger subtracts what it granted itself), defaulting to one node
+        holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
+        None when the cluster cannot grow."""
+        self._total = total
+        self._nodes = list(nodes) if nodes else [total]
+        self._node_types = list(node_types) if node_types is not None else None
+        self._known = True
+        self._node_free = list(self._nodes)
+        # Nodes come and go: re-place every holding on the new node list. A holding that no
+        # longer fits anywhere stays counted (index -1) until its owner releases it.
+        held, self._held = self._held, {}
+        for owner, placements in held.items():
+            self._place(owner, [bundle for _, bundle in placements], force=True)
+
+    @property
+    def capacity_known(self) -> bool:
+        return self._known
+
+    @property
+    def total(self) -> Resources:
+        return self._total
+
+    @property
+    def autoscaling(self) -> bool:
+        return self._node_types is not None
+
+    def used(self) -> Resources:
+        return total_of(bundle for placements in self._held.values() for _, bundle in placements)
+
+    def free(self) -> Resources:
+        return self._total - self.used()
+
+    def _free_per_node(self) -> list[Resources]:
+        return list(self._node_free)
+
+    def _place(self, owner: str, bundles: list[Resources], force: bool = False) -> bool:
+        placement = first_fit(bundles, self._node_free)
+        if placement is None:
+            if not force:
+                return False
+            placement = [-1] * len(bundles)
+        for index, bundle in zip(placement, bundles):
+            if index >= 0:
+                self._node_free[index] = self._node_free[index] - bundle
+        self._held[owner] = list(zip(placement, bundles))
+        return True
+
+    def _unplace(self, owner: str) -> None:
+        for index, bundle in self._held.pop(owner, ()):
+            if index >= 0:
+                # Subtraction clamps at zero, so adding back could exceed the node: recompute
+                # from the node's capacity in that (overcommitted) case.
+                restored = self._node_free[index] + bundle
+                self._node_free[index] = restored if restored.fits(self._nodes[index]) else self._recompute(index)
+
+    def _recompute(self, index: int) -> Resources:
+        free = self._nodes[index]
+        for placements in self._held.values():
+            for node, bundle in placements:
+                if node == index:
+                    free = free - bundle
+        return free
+
+    # ------------------------------------------------------------ holding
+
+    def holds(self, owner: str) -> bool:
+        return owner in self._held
+
+    def try_acquire(self, owner: str, bundles: list[Resources], priority: int = 0) -> bool:
+        """Grant every bundle or none. An owner not registered with ``set_waiting`` counts
+        as the newest arrival at ``priority``. On success its waiting entry is cleared."""
+        if owner in self._held:
+            raise ValueError(f"{owner} already holds resources; release them first")
+        if not self._known or not self.next_owner_allowed(owner, bundles, priority):
+            return False
+        if not self._place(owner, bundles):
+            return False
+        self._waiting.pop(owner, None)
+        return True
+
+    def adopt(self, owner: str, bundles: list[Resources]) -> None:
+        """Record resources already in use by a running trial (after an operator restart):
+        never refuses, since the trial is running whatever the ledger thinks."""
+        self._unplace(owner)
+        self._waiting.pop(owner, None)
+        self._place(owner, bundles, force=True)
+
+    def release(self, owner: str) -> None:
+        self._unplace(owner)
+        self._waiting.pop(owner, None)
+
+    # ------------------------------------------------------------ feasibility
+
+    def feasibility(self, bundles: list[Resources]) -> str | None:
+        """None if each bundle could ever be placed on some node (or autoscaler node type);
+        otherwise why not, naming the resource and the largest node. Unknown capacity: None."""
+        if not self._known:
+            return None
+        shapes = self._nodes + (self._node_types or [])
+        what = "node type" if self._node_types else "node"
+        for bundle in bundles:
+            if any(bundle.fits(shape) for shape in shapes):
+                continue
+            for kind in bundle.kinds():
+                largest = max((shape.amount(kind) for shape in shapes), default=0.0)
+                if bundle.amount(kind) > largest + 1e-9:
+                    return (f"needs {describe_amount(kind, bundle.amount(kind))} per bundle; "
+                            f"the largest {what} offers {describe_amount(kind, largest)}")
+            return (f"needs {bundle.describe()} per bundle; no single {what} offers all of it "
+                    f"(closest: {min(shapes, key=bundle.ratio).describe()})")
+        return None
+
+    # ------------------------------------------------------------ waiting demand
+
+    def set_waiting(self, owner: str, bundles: list[Resources], priority: int = 0) -> None:
+        """Register (or refresh) unmet demand; the arrival order is kept across refreshes."""
+        current = self._waiting.get(owner)
+        order = current.order if current else next(self._arrivals)
+        self._waiting[owner] = _Waiting(list(bundles), priority, order)
+
+    def clear_waiting(self, owner: str) -> None:
+        self._waiting.pop(owner, None)
+
+    def is_waiting(self, owner: str) -> bool:
+        return owner in self._waiting
+
+    def _queue(self) -> list[tuple[str, _Waiting]]:
+        return sorted(self._waiting.items(), key=lambda item: (-item[1].priority, item[1].order))
+
+    def waiting_bundles(self) -> list[Resources]:
+        """Every waiting bundle, first in line first."""
+        return [bundle for _, entry in self._queue() for bundle in entry.bundles]
+
+    def autoscaler_request(self) -> list[Resources]:
+        """What to pass to ``ray.autoscaler.sdk.request_resources(bundles=...)``: the
+        autoscaler sizes the cluster to hold these bundles regardless of current use, so
+        the request is everything held plus everything waiting, not the waiting part alone."""
+        held = [bundle for placements in self._held.values() for _, bundle in placements]
+        return held + self.waiting_bundles()
+
+    def _short_kinds(self, bundles: list[Resources]) -> set[str]:
+        """The resources a request is blocked on right now (empty if it would fit)."""
+        free_nodes = self._free_per_node()
+        if first_fit(bundles, free_nodes) is not None:
+            return set()
+        demand, free = total_of(bundles), self.free()
+        short = {k for k in demand.kinds() if demand.amount(k) > free.amount(k) + 1e-9}
+        if not short:   # enough in total, but fragmented across nodes
+            short = {k for b in bundles for k in b.kinds()
+                     if b.amount(k) > max((n.amount(k) for n in free_nodes), default=0.0) + 1e-9}
+        return short or set(demand.kinds())
+
+    def blockers(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> list[str]:
+        """Owners ahead in line that ``owner`` must not overtake.
+
+        Ahead means higher priority, or equal priority and waiting longer. Someone ahead
+        blocks if its request fits right now (it should get the resources), or if it is
+        short of a resource this owner also asks for (taking it would starve the one
+        ahead). Requests that need other resources may start meanwhile (backfill).
+        """
+        mine = self._waiting.get(owner)
+        if mine is not None:
+            bundles, key = mine.bundles, (-mine.priority, mine.order)
+        else:
+            key = (-priority, float("inf"))
+        kinds = {k for b in bundles or [] for k in b.kinds()}
+        result = []
+        for other, entry in self._queue():
+            if other == owner or (-entry.priority, entry.order) >= key:
+                continue
+            short = self._short_kinds(entry.bundles)
+            if not short or short & kinds:
+                result.append(other)
+        return result
+
+    def next_owner_allowed(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> bool:
+        return not self.blockers(owner, bundles, priority)
+
+    def queue_reason(self, owner: str) -> str:
+        """Why ``owner`` is not running yet, in words for the Trial and Experiment status."""
+        entry = self._waiting.get(owner)
+        if entry is None:
+            return ""
+        if not self._known:
+            return "waiting for the Ray cluster's capacity to be known"
+        suffix = "; scale-up requested" if self.autoscaling else ""
+        short = self._short_kinds(entry.bundles)
+        if short:
+            demand, free = total_of(entry.bundles), self.free()
+            kind = min(short, key=_kind_order)
+            if demand.amount(kind) <= free.amount(kind) + 1e-9:
+                return (f"waiting for {describe_amount(kind, max(b.amount(kind) for b in entry.bundles))} "
+                        f"on one node ({describe_amount(kind, free.amount(kind))} free across "
+                        f"{len(self._nodes)} nodes){suffix}")
+            return (f"waiting for {describe_amount(kind, demand.amount(kind))} "
+                    f"({_amount_only(kind, free.amount(kind))} free of "
+                    f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
+        ahead = self.blockers(owner)
+        if ahead:
+            return f"waiting behind {len(ahead)} earlier request(s) of equal or higher priority"
+        return "resources are free; starting at the next step"
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    # GPU first: when several resources are short, the scarce accelerator is the news.
+    return ({"GPU": 0, "CPU": 1, "memory": 2}.get(kind, 3), kind)
+
+
+def _amount_only(kind: str, value: float) -> str:
+    return format_memory(value) if kind == "memory" else _fmt(value)

@@ -1,0 +1,483 @@
+"""``TrialRunner``: one Experiment's event loop as pure methods.
+
+Events come in as method calls (``step(now)``, ``on_trial_result``, ...); each returns
+the decisions (``core.types``) the controller must carry out, in order. The runner
+owns trial phases, budgets and the experiment's resource holdings in the shared
+``ResourceLedger``; the searcher proposes parameters and the scheduler judges results.
+Every rule for "when does a trial start, stop or retry" lives in this file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+from kubetune.core.resources import ResourceLedger, trial_bundles
+from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
+from kubetune.core.search import Searcher, objective_value
+from kubetune.core.trial import TrialInfo
+from kubetune.core.types import (
+    CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, PauseTrial, Result,
+    StopTrial, TrialPhase, TrialPhaseChanged, TrialRecord,
+)
+from kubetune.spec.model import ExperimentSpec
+
+RUNNING, PAUSED, PENDING, QUEUED = TrialPhase.RUNNING, TrialPhase.PAUSED, TrialPhase.PENDING, TrialPhase.QUEUED
+SUCCEEDED, FAILED, STOPPED = TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Best:
+    value: float
+    trial: str
+    iteration: int
+    params: Mapping[str, Any]
+
+
+class TrialRunner:
+    def __init__(self, spec: ExperimentSpec, *, experiment: str, start_time: float,
+                 ledger: ResourceLedger | None = None, owner: str | None = None) -> None:
+        """``ledger`` is shared by every experiment on the same Ray cluster (None: no
+        resource limits, only ``parallelism``). A trial holds ledger resources as
+        ``f"{owner}{trial}"``: pass a namespace-qualified prefix such as ``"ns/exp/"`` when
+        experiments in different namespaces share a ledger (default ``f"{experiment}/"``)."""
+        self.spec = spec
+        self.experiment = experiment
+        self.start_time = start_time
+        self.ledger = ledger
+        self._owner_prefix = owner if owner is not None else f"{experiment}/"
+        self.searcher = Searcher(spec, study_name=experiment)
+        self.scheduler = make_scheduler(spec, self.searcher)
+        self._trials: dict[str, TrialInfo] = {}
+        self._active: dict[str, TrialInfo] = {}        # not terminal, in creation order
+        self._counts: Counter[TrialPhase] = Counter()
+        self._created = 0
+        self._failed = 0
+        self._last_error: tuple[str, str] | None = None
+        self._best: _Best | None = None
+        self._bundles = trial_bundles(spec.trial.resources)
+        self.finished: FinishExperiment | None = None
+        self.spec_rejection = ""   # why the last spec change was (partly) refused; "" if not
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def trials(self) -> Mapping[str, TrialInfo]:
+        return types.MappingProxyType(self._trials)
+
+    @property
+    def max_trials(self) -> int:
+        return self.spec.budget.max_trials
+
+    def owner(self, name: str) -> str:
+        """The trial's key in the ledger."""
+        return f"{self._owner_prefix}{name}"
+
+    def active_trials(self) -> list[str]:
+        """Names of the trials not yet finished (pending, queued, running, paused)."""
+        return list(self._active)
+
+    def running_trials(self) -> list[str]:
+        """Names of the trials the executor should be running (results are expected)."""
+        return [name for name, trial in self._active.items() if trial.phase is RUNNING]
+
+    def summary(self, now: float) -> ExperimentSummary:
+        best = self._best
+        queued = next((t for t in self._active.values() if t.phase is QUEUED), None)
+        return ExperimentSummary(
+            counts={phase.value: self._counts[phase] for phase in TrialPhase}, created=self._created,
+            best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
+            best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
+            queue_reason=queued.message if queued else "", finished=self.finished, max_trials=self.max_trials)
+
+    def status_text(self, max_rows: int = 20) -> str:
+        from kubetune.core.status import render_status
+        return render_status(self, max_rows)
+
+    # ------------------------------------------------------------------ phases
+
+    def _set_phase(self, trial: TrialInfo, phase: TrialPhase) -> None:
+        self._counts[trial.phase] -= 1
+        self._counts[phase] += 1
+        trial.phase = phase
+        if phase.is_terminal:
+            self._active.pop(trial.name, None)
+
+    def _release(self, trial: TrialInfo) -> None:
+        if self.ledger is not None:
+            self.ledger.release(self.owner(trial.name))
+
+    def _end(self, trial: TrialInfo, phase: TrialPhase, reason: str, message: str, now: float | None) -> list[Decision]:
+        """Make a trial terminal: release its resources and tell the scheduler and study."""
+        self._set_phase(trial, phase)
+        trial.reason, trial.message, trial.completion_time, trial.relaunch = reason, message, now, False
+        self._release(trial)
+        if phase is SUCCEEDED:
+            self.scheduler.on_trial_complete(trial)
+        elif phase is FAILED:
+            self._failed += 1
+            self._last_error = (trial.name, message or reason)
+            self.scheduler.on_trial_error(trial)
+        else:
+            self.scheduler.on_trial_remove(trial)
+        self.searcher.complete(trial.name, trial.last_value, phase)
+        return [StopTrial(trial.name, phase, reason, message)]
+
+    # ------------------------------------------------------------------ the loop
+
+    def step(self, now: float) -> list[Decision]:
+        """Finish checks, then create trials up to the budget, then launch what fits."""
+        decisions = self._check_finished(now)
+        if self.finished or self.spec.suspend:
+            return decisions
+        decisions += self._create_trials()
+        decisions += self._launch_runnable(now)
+        decisions += self._check_queue_timeouts(now)
+        return decisions + self._check_finished(now)
+
+    def _create_trials(self) -> list[Decision]:
+        decisions: list[Decision] = []
+        while self._created < self.max_trials and len(self._active) < self.spec.budget.parallelism:
+            name = f"{self.experiment}-{self._created}"
+            params = self.searcher.suggest(name)
+            if params is None:
+                break
+            trial = TrialInfo(name=name, index=self._created, params=params)
+            self._trials[name] = self._active[name] = trial
+            self._counts[PENDING] += 1
+            self._created += 1
+            self.scheduler.on_trial_add(trial)
+            decisions.append(CreateTrial(name, trial.index, dict(params)))
+        return decisions
+
+    def _launch_runnable(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        candidates = [t for t in self._active.values() if t.launchable]
+        while candidates and self._counts[RUNNING] < self.spec.budget.parallelism and not self.finished:
+            trial = self.scheduler.choose_trial_to_run(candidates)
+            if trial is None:
+                break
+            candidates.remove(trial)
+            decisions += self._try_launch(trial, now)
+        return decisions
+
+    def _try_launch(self, trial: TrialInfo, now: float) -> list[Decision]:
+        """Launch if the ledger grants every bundle; otherwise Queued with the reason."""
+        if self.ledger is not None:
+            owner = self.owner(trial.name)
+            problem = self.ledger.feasibility(self._bundles)
+            if problem:
+                # Every trial asks for the same resources: if one can never run, none can.
+                return self._end(trial, FAILED, "Infeasible", problem, now) + self._finish(
+                    now, "Failed", "Infeasible", f"trials cannot run on this Ray cluster: {problem}")
+            self.ledger.set_waiting(owner, self._bundles, self.spec.priority)
+            if not self.ledger.try_acquire(owner, self._bundles, self.spec.priority):
+                reason = self.ledger.queue_reason(owner)
+                if trial.queued_since is None:
+                    trial.queued_since = now
+                if trial.phase is QUEUED and trial.message == reason:
+                    return []
+                self._set_phase(trial, QUEUED)
+                trial.reason, trial.message = "InsufficientResources", reason
+                return [TrialPhaseChanged(trial.name, QUEUED, trial.reason, reason)]
+        if trial.launched:
+            trial.attempt += 1
+        trial.launched, trial.relaunch, trial.queued_since = True, False, None
+        start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
+        trial.iteration = start_iteration
+        self._set_phase(trial, RUNNING)
+        trial.reason = trial.message = ""
+        return [LaunchTrial(trial.name, dict(trial.params), trial.checkpoint, start_iteration,
+                            trial.attempt, trial.last_seq)]
+
+    def _check_queue_timeouts(self, now: float) -> list[Decision]:
+        timeout = self.spec.trial.queue_timeout_s
+        if timeout is None:
+            return []
+        decisions: list[Decision] = []
+        for trial in [t for t in self._active.values() if t.phase is QUEUED]:
+            if trial.queued_since is not None and now - trial.queued_since >= timeout:
+                decisions += self._end(trial, FAILED, "QueueTimeout",
+                                       f"queued for {_duration(now - trial.queued_since)} "
+                                       f"(queueTimeout {_duration(timeout)}): {trial.message}", now)
+        return decisions
+
+    # ------------------------------------------------------------------ finishing
+
+    def _best_text(self) -> str:
+        best = self._best
+        if best is None:
+            return f"no trial reported {self.spec.objective.metric}"
+        return f"best {self.spec.objective.metric} {best.value:.6g} ({best.trial}, iteration {best.iteration})"
+
+    def _check_finished(self, now: float | None) -> list[Decision]:
+        if self.finished:
+            return []
+        budget = self.spec.budget
+        # An experiment that learned nothing, or whose every trial failed, did not succeed.
+        learned = self._best is not None and self._counts[FAILED] < self._created
+        outcome = "Succeeded" if learned else "Failed"
+        if budget.max_duration_s is not None and now is not None and now - self.start_time >= budget.max_duration_s:
+            return self._finish(now, outcome, "MaxDurationReached",
+                                f"maxDuration {_duration(budget.max_duration_s)} reached after "
+                                f"{self._created} trials; {self._best_text()}")
+        if budget.max_failed_trials is not None and self._failed > budget.max_failed_trials:
+            name, error = self._last_error
+            return self._finish(now, "Failed", "MaxFailedTrialsReached",
+                                f"{self._failed} trials failed (maxFailedTrials is {budget.max_failed_trials}); "
+                                f"last error: {name}: {error}")
+        if self._active:
+            return []
+        if self._created >= self.max_trials:
+            return self._finish(now, outcome, "MaxTrialsReached",
+                                f"all {self._created} trials done; {self._best_text()}")
+        if self.searcher.exhausted:
+            return self._finish(now, outcome, "SearchSpaceExhausted",
+                                f"all {self.searcher.grid_size} grid points tried; {self._best_text()}")
+        return []
+
+    def _finish(self, now: float | None, phase: str, reason: str, message: str) -> list[Decision]:
+        decisions: list[Decision] = []
+        for trial in list(self._active.values()):
+            decisions += self._end(trial, STOPPED, "ExperimentFinished", f"experiment finished: {reason}", now)
+        self.finished = FinishExperiment(phase, reason, message)
+        return decisions + [self.finished]
+
+    def stop_all(self, now: float, reason: str = "ExperimentDeleted") -> list[Decision]:
+        """Stop every unfinished trial and give back all resources (the Experiment is gone)."""
+        decisions: list[Decision] = []
+        for trial in list(self._active.values()):
+            decisions += self._end(trial, STOPPED, reason, "", now)
+        return decisions
+
+    # ------------------------------------------------------------------ trial events
+
+    def on_trial_launched(self, name: str, now: float) -> list[Decision]:
+        trial = self._trials.get(name)
+        if trial is not None and trial.start_time is None:
+            trial.start_time = now
+        return []
+
+    def on_trial_result(self, name: str, result: Result, now: float) -> list[Decision]:
+        """Record one result (once: by seq) and act on the scheduler's judgement. Results of
+        a trial the runner already decided to stop or pause are dropped (Syne Tune)."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase is not RUNNING or result.seq <= trial.last_seq:
+            return []
+        if result.attempt is not None and result.attempt != trial.attempt:
+            return []
+        trial.last_seq = result.seq
+        trial.iteration = result.iteration
+        metrics = {**result.metrics, "iteration": result.iteration}
+        trial.history.append(metrics)
+        trial.last_metrics = metrics
+        if result.checkpoint:
+            trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
+        value = objective_value(result.metrics, self.spec.objective.metric)
+        objective = self.spec.objective
+        if value is not None:
+            trial.last_value = value
+            self.searcher.report_intermediate(name, result.iteration, value)
+            if not math.isnan(value):
+                if trial.best_value is None or objective.better(value, trial.best_value):
+                    trial.best_value, trial.best_iteration = value, result.iteration
+                if self._best is None or objective.better(value, self._best.value):
+                    self._best = _Best(value, name, result.iteration, dict(trial.params))
+                if objective.reached(value):
+                    message = (f"{name} reported {objective.metric} {value:.6g} at iteration "
+                               f"{result.iteration} (goal {objective.goal:g})")
+                    return self._end(trial, SUCCEEDED, "GoalReached", message, now) + self._finish(
+                        now, "Succeeded", "GoalReached", message)
+        # The scheduler sees every result, the last one too (as an Optuna pruner would), so
+        # the state it keeps is what a replay of the history after a restart rebuilds.
+        decision = self.scheduler.on_trial_result(trial, value) if value is not None else CONTINUE
+        cap = self.spec.scheduler.max_iterations
+        if cap is not None and result.iteration >= cap:
+            return self._end(trial, SUCCEEDED, "MaxIterationsReached", f"reached maxIterations {cap}", now) \
+                + self._check_finished(now)
+        if decision.action is Action.STOP:
+            return self._end(trial, STOPPED, decision.reason, decision.message, now) + self._check_finished(now)
+        if decision.action is Action.PAUSE:
+            return self._pause(trial, decision, now)
+        return []
+
+    def _pause(self, trial: TrialInfo, decision: SchedulerDecision, now: float) -> list[Decision]:
+        self._set_phase(trial, PAUSED)
+        trial.reason, trial.message = decision.reason, decision.message
+        self._release(trial)
+        decisions: list[Decision] = [PauseTrial(trial.name, decision.reason, decision.message)]
+        donor = self._trials.get(decision.clone_from) if decision.clone_from else None
+        if donor is None:
+            return decisions
+        # PBT exploit: continue from the donor's checkpoint with explored parameters.
+        trial.params = dict(decision.new_params or donor.params)
+        trial.parent = donor.name
+        trial.checkpoint, trial.checkpoint_iteration = donor.checkpoint, donor.checkpoint_iteration
+        trial.lineage.append({"iteration": donor.checkpoint_iteration, "from": donor.name,
+                              "params": dict(trial.params)})
+        trial.relaunch = True
+        if self._counts[RUNNING] >= self.spec.budget.parallelism:
+            return decisions        # parallelism was lowered: the next step relaunches it
+        return decisions + self._try_launch(trial, now)
+
+    def on_trial_completed(self, name: str, now: float) -> list[Decision]:
+        """The trial's function returned."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase is not RUNNING:
+            return []
+        message = "" if trial.last_value is not None else \
+            f"the function returned without reporting {self.spec.objective.metric}"
+        return self._end(trial, SUCCEEDED, "Completed", message, now) + self._check_finished(now)
+
+    def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> list[Decision]:
+        """The trial raised (or its actor died). Retry from the latest checkpoint while
+        failures <= maxFailures; a ``cluster_fault`` (node lost, preemption) is retried
+        without counting against maxFailures."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase is not RUNNING:
+            return []
+        self._release(trial)
+        trial.failure_log.append({"attempt": trial.attempt, "reason": "ClusterFault" if cluster_fault else "Error",
+                                  "message": error, "time": now})
+        if not cluster_fault:
+            trial.failures += 1
+        if not cluster_fault and trial.failures > self.spec.trial.max_failures:
+            return self._end(trial, FAILED, "Error", error, now) + self._check_finished(now)
+        where = f"checkpoint at iteration {trial.checkpoint_iteration}" if trial.checkpoint else "the start"
+        message = f"attempt {trial.attempt} failed: {error}; retrying from {where}"
+        self._set_phase(trial, PENDING)
+        trial.reason, trial.message = "Retrying", message
+        if not self.spec.suspend and self._counts[RUNNING] < self.spec.budget.parallelism:
+            return self._try_launch(trial, now)
+        return [TrialPhaseChanged(name, PENDING, "Retrying", message)]
+
+    def request_stop(self, name: str, now: float | None = None) -> list[Decision]:
+        """Stop one trial at once (pending, queued, paused or running). Deliver a running
+        trial's outstanding results first: they are ignored afterwards. Without ``now``
+        the trial gets no completion time and the wall-clock limit is checked at the next step."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase.is_terminal:
+            return []
+        return self._end(trial, STOPPED, "StopRequested", "stopped on request", now) + self._check_finished(now)
+
+    # ------------------------------------------------------------------ spec changes
+
+    def on_spec_changed(self, spec: ExperimentSpec, now: float) -> list[Decision]:
+        """Apply a new spec to the running experiment (GitOps). Budgets, suspend, priority
+        and the trial template take effect; what the study and scheduler were built on
+        cannot change, nor can maxTrials drop below the trials already created: those
+        parts keep their old values and ``spec_rejection`` says why."""
+        old = self.spec
+        problems = []
+        for path, before, after in (("spec.objective.metric", old.objective.metric, spec.objective.metric),
+                                    ("spec.objective.mode", old.objective.mode, spec.objective.mode),
+                                    ("spec.searchSpace", old.search_space, spec.search_space),
+                                    ("spec.search", old.search, spec.search),
+                                    ("spec.scheduler", old.scheduler, spec.scheduler)):
+            if before != after:
+                problems.append(f"{path}: cannot change while the experiment runs; create a new Experiment")
+        budget = spec.budget
+        if budget.max_trials < self._created:
+            problems.append(f"spec.budget.maxTrials: cannot lower to {budget.max_trials}: {self._created} "
+                            f"trials already exist; set it to {self._created} or more")
+            budget = dataclasses.replace(budget, max_trials=old.budget.max_trials)
+        self.spec = dataclasses.replace(
+            spec, objective=dataclasses.replace(spec.objective, metric=old.objective.metric, mode=old.objective.mode),
+            search_space=old.search_space, search=old.search, scheduler=old.scheduler, budget=budget)
+        self.spec_rejection = "; ".join(problems)
+        self._bundles = trial_bundles(self.spec.trial.resources)
+        if (self.finished and self.finished.reason == "MaxTrialsReached"
+                and self.max_trials > self._created):
+            self.finished = None        # more trials asked for: the experiment continues (as Katib)
+        decisions: list[Decision] = []
+        if self.spec.suspend and not old.suspend:
+            decisions += self._suspend(now)
+        elif old.suspend and not self.spec.suspend:
+            for trial in self._active.values():
+                if trial.reason == "Suspended":
+                    trial.relaunch = trial.phase is PAUSED
+                    trial.reason = trial.message = ""
+        return decisions + self.step(now)
+
+    def _suspend(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        for trial in list(self._active.values()):
+            if trial.phase is RUNNING:
+                decisions += self._pause(trial, SchedulerDecision(Action.PAUSE, "Suspended", "spec.suspend is true"), now)
+            elif trial.phase is PAUSED:
+                trial.relaunch = False
+                trial.reason, trial.message = "Suspended", "spec.suspend is true"
+            elif trial.phase is QUEUED:
+                if self.ledger is not None:
+                    self.ledger.clear_waiting(self.owner(trial.name))
+                self._set_phase(trial, PENDING)
+                trial.reason, trial.message, trial.queued_since = "Suspended", "spec.suspend is true", None
+                decisions.append(TrialPhaseChanged(trial.name, PENDING, trial.reason, trial.message))
+        return decisions
+
+    # ------------------------------------------------------------------ restart
+
+    def restore(self, records: Iterable[TrialRecord]) -> None:
+        """Rebuild from the persisted Trials after an operator restart, before any step.
+        Running trials are assumed still running (the controller re-attaches to them) and
+        keep their resources; Paused ones resume unless suspended; the study and the
+        scheduler are rebuilt so no parameters repeat and pruning sees full histories."""
+        if self._trials:
+            raise RuntimeError("restore() must be called on a fresh runner")
+        records = sorted(records, key=lambda r: r.index)
+        for record in records:
+            trial = self._trial_from_record(record)
+            self._trials[trial.name] = trial
+            self._counts[trial.phase] += 1
+            if not trial.phase.is_terminal:
+                self._active[trial.name] = trial
+            if trial.phase is FAILED:
+                self._failed += 1
+                self._last_error = (trial.name, trial.message or trial.reason)
+            if trial.phase is RUNNING and self.ledger is not None:
+                self.ledger.adopt(self.owner(trial.name), self._bundles)
+        self._created = records[-1].index + 1 if records else 0
+        if self._created > self.max_trials:
+            self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self._created} "
+                                   f"trials already created; no new trials will start")
+        self.searcher.rebuild(records, replay=lambda: self.scheduler.restore(self._trials.values()))
+
+    def _trial_from_record(self, record: TrialRecord) -> TrialInfo:
+        history = [dict(h) for h in record.history]
+        iteration = record.iteration
+        if iteration is None:
+            iteration = history[-1].get("iteration", len(history)) if history else 0
+        trial = TrialInfo(
+            name=record.name, index=record.index, params=dict(record.params), phase=record.phase,
+            reason=record.reason, message=record.message, iteration=iteration, history=history,
+            last_metrics=history[-1] if history else None, checkpoint=record.checkpoint,
+            checkpoint_iteration=(record.checkpoint_iteration if record.checkpoint_iteration is not None
+                                  else iteration if record.checkpoint else 0),
+            attempt=record.attempt, failures=record.failures, parent=record.parent,
+            lineage=[dict(entry) for entry in record.lineage],
+            last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
+        trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)
+        trial.relaunch = record.phase is PAUSED and not self.spec.suspend
+        metric, objective = self.spec.objective.metric, self.spec.objective
+        for position, metrics in enumerate(history, start=1):
+            value = objective_value(metrics, metric)
+            if value is None:
+                continue
+            trial.last_value = value
+            if math.isnan(value):
+                continue
+            at = metrics.get("iteration", position)
+            if trial.best_value is None or objective.better(value, trial.best_value):
+                trial.best_value, trial.best_iteration = value, at
+            if self._best is None or objective.better(value, self._best.value):
+                self._best = _Best(value, trial.name, at, dict(trial.params))
+        return trial

@@ -1,0 +1,123 @@
+"""The ``TrialScheduler`` interface (Ray Tune's hooks) and the Optuna-pruner adapter.
+
+A scheduler sees every objective value a trial reports and answers CONTINUE, PAUSE or
+STOP with a reason a user can read on the Trial. It also picks which runnable trial
+starts next. The runner owns phases, resources and budgets; a scheduler only judges.
+"""
+from __future__ import annotations
+
+import copy
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import optuna
+
+from kubetune.core.search import Searcher
+from kubetune.core.trial import TrialInfo
+from kubetune.spec.model import ExperimentSpec
+
+
+class Action(str, enum.Enum):
+    CONTINUE = "continue"
+    PAUSE = "pause"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class SchedulerDecision:
+    """``reason`` is a CamelCase word (EarlyStopped, Exploit); ``message`` the detail.
+    A PAUSE with ``clone_from`` is a PBT exploit: restart from that trial's checkpoint
+    with ``new_params``."""
+    action: Action
+    reason: str = ""
+    message: str = ""
+    clone_from: str | None = None
+    new_params: Mapping[str, Any] | None = None
+
+
+CONTINUE = SchedulerDecision(Action.CONTINUE)
+
+
+class TrialScheduler:
+    """FIFO behaviour: never stops anything early; runs trials in creation order,
+    trials that already ran (retries, resumes) first."""
+
+    def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
+        self.spec = spec
+        self.searcher = searcher
+        self.metric = spec.objective.metric
+
+    def on_trial_add(self, trial: TrialInfo) -> None:
+        pass
+
+    def on_trial_result(self, trial: TrialInfo, value: float) -> SchedulerDecision:
+        """``value`` is the objective in the result just recorded at ``trial.iteration``."""
+        return CONTINUE
+
+    def on_trial_complete(self, trial: TrialInfo) -> None:
+        pass
+
+    def on_trial_error(self, trial: TrialInfo) -> None:
+        pass
+
+    def on_trial_remove(self, trial: TrialInfo) -> None:
+        pass
+
+    def choose_trial_to_run(self, candidates: Sequence[TrialInfo]) -> TrialInfo | None:
+        if not candidates:
+            return None
+        # A trial that already ran holds progress (and often a checkpoint): finish it first.
+        return min(candidates, key=lambda t: (not t.resuming, t.index))
+
+    def restore(self, trials: Iterable[TrialInfo]) -> None:
+        """Rebuild internal state after ``Searcher.rebuild`` from the persisted trials."""
+
+
+class PrunerScheduler(TrialScheduler):
+    """Wraps an Optuna pruner that reads the searcher's study: the pruner decides, the
+    subclass explains the decision from the same data the pruner used."""
+
+    def __init__(self, spec: ExperimentSpec, searcher: Searcher, pruner: optuna.pruners.BasePruner) -> None:
+        super().__init__(spec, searcher)
+        self.pruner = pruner
+
+    def on_trial_result(self, trial: TrialInfo, value: float) -> SchedulerDecision:
+        frozen = self.searcher.frozen_trial(trial.name)
+        if frozen is None or frozen.last_step is None:
+            return CONTINUE
+        pruned = self.prune(frozen)
+        if not pruned:
+            return CONTINUE
+        return SchedulerDecision(Action.STOP, "EarlyStopped", self.explain(trial, frozen))
+
+    def prune(self, frozen: optuna.trial.FrozenTrial) -> bool:
+        """Ask the pruner about the trial's latest step (also used to replay on restore)."""
+        return self.pruner.prune(self.searcher.study, frozen)
+
+    def explain(self, trial: TrialInfo, frozen: optuna.trial.FrozenTrial) -> str:
+        raise NotImplementedError
+
+    # Pruners that keep state in the study (successive halving records each trial's
+    # value at every rung it completed) get it back by replaying each restored trial's
+    # intermediate values, one step at a time, in the order the trial reported them.
+    replays_history = False
+
+    def restore(self, trials: Iterable[TrialInfo]) -> None:
+        if not self.replays_history:
+            return
+        study = self.searcher.study
+        storage = study._storage
+        for trial in sorted(trials, key=lambda t: t.index):
+            trial_id = self.searcher.trial_id(trial.index)
+            steps = sorted(storage.get_trial(trial_id).intermediate_values.items())
+            prefix: dict[int, float] = {}
+            for step, value in steps:
+                prefix[step] = value
+                seen = copy.copy(storage.get_trial(trial_id))
+                seen.intermediate_values = dict(prefix)
+                self.prune(seen)
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4g}"

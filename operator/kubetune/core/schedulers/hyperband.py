@@ -1,0 +1,34 @@
+"""HyperBand, via Optuna's ``HyperbandPruner``: several successive-halving brackets
+with different early-stopping rates; each trial is assigned to one bracket (by a hash
+of its number) and competes only with the trials in that bracket."""
+from __future__ import annotations
+
+import optuna
+
+from kubetune.core.schedulers.asha import ASHAScheduler
+from kubetune.core.search import Searcher
+from kubetune.core.trial import TrialInfo
+from kubetune.spec.model import ExperimentSpec
+
+
+class HyperBandScheduler(ASHAScheduler):
+    def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
+        sched = spec.scheduler
+        pruner = optuna.pruners.HyperbandPruner(
+            min_resource=sched.grace_period, max_resource=sched.max_iterations,
+            reduction_factor=sched.reduction_factor)
+        super().__init__(spec, searcher, pruner)
+
+    def bracket(self, frozen: optuna.trial.FrozenTrial) -> int:
+        # The pruner's own assignment (a hash of study name and trial number), so the
+        # explanation names the bracket the trial was judged in.
+        return self.pruner._get_bracket_id(self.searcher.study, frozen)
+
+    def prune(self, frozen: optuna.trial.FrozenTrial) -> bool:
+        # HyperbandPruner builds its per-bracket view from the real study itself.
+        pruned = self.pruner.prune(self.searcher.study, frozen)
+        self._record_rungs(frozen)
+        return pruned
+
+    def explain(self, trial: TrialInfo, frozen: optuna.trial.FrozenTrial) -> str:
+        return f"{super().explain(trial, frozen)} in bracket {self.bracket(frozen)}"

@@ -1,0 +1,38 @@
+"""Median stopping, via Optuna's ``MedianPruner``: after the grace period, a trial whose
+best value so far is worse than the median of the completed trials' values at the same
+iteration is stopped."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from kubetune.core.schedulers.base import PrunerScheduler, fmt
+from kubetune.core.search import Searcher
+from kubetune.core.trial import TrialInfo
+from kubetune.spec.model import ExperimentSpec
+
+# Completed trials needed before anything is judged (Ray Tune's min_samples_required):
+# a median of one or two curves stops good trials on noise.
+MIN_COMPLETED_TRIALS = 3
+
+
+class MedianStoppingScheduler(PrunerScheduler):
+    def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
+        super().__init__(spec, searcher, optuna.pruners.MedianPruner(
+            n_startup_trials=MIN_COMPLETED_TRIALS, n_warmup_steps=spec.scheduler.grace_period, interval_steps=1))
+
+    def explain(self, trial: TrialInfo, frozen: optuna.trial.FrozenTrial) -> str:
+        step = frozen.last_step
+        values = np.asarray(list(frozen.intermediate_values.values()), dtype=float)
+        if np.isnan(values).all():
+            return f"reported NaN for {self.metric} at iteration {step}"
+        best = np.nanmin(values) if self.spec.objective.mode == "min" else np.nanmax(values)
+        # The pruner's comparison: the 50th percentile of completed trials' values at this step.
+        completed = self.searcher.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        at_step = [t.intermediate_values[step] for t in completed if step in t.intermediate_values]
+        median = float(np.nanpercentile(np.asarray(at_step, dtype=float), 50)) if at_step else math.nan
+        return (f"below median {fmt(median)} of {len(at_step)} completed trials at iteration {step}: "
+                f"best {self.metric} so far {fmt(best)}")

@@ -1,0 +1,119 @@
+"""Population Based Training (asynchronous, as in Ray Tune).
+
+Every ``perturbationInterval`` iterations of a trial, it is ranked against the other
+live trials by its latest objective value. A trial in the bottom quantile pauses and
+continues from the checkpoint of a random trial in the top quantile (exploit) with
+that trial's parameters perturbed or resampled (explore). The runner carries out the
+restart and records the lineage on the Trial.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Iterable, Mapping
+
+from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler, fmt
+from kubetune.core.search import Searcher
+from kubetune.core.trial import TrialInfo
+from kubetune.spec.model import ExperimentSpec, Param
+
+PERTURBATION_FACTORS = (0.8, 1.2)
+
+
+def perturb(param: Param, value: Any, rng: random.Random) -> Any:
+    """Move one value a little: numbers x0.8 or x1.2 within bounds; choices to a neighbour."""
+    if param.kind == "choice":
+        index = next((i for i, c in enumerate(param.choices) if type(c) is type(value) and c == value), 0)
+        index = min(max(index + rng.choice((-1, 1)), 0), len(param.choices) - 1)
+        return param.choices[index]
+    factor = rng.choice(PERTURBATION_FACTORS)
+    moved = value * factor
+    if param.kind == "randint":
+        stepped = int(round(moved))
+        if stepped == value:        # small integers would never move by rounding alone
+            stepped = value + (1 if factor > 1 else -1)
+        return min(max(stepped, param.low), param.high - 1)
+    if param.kind == "quniform":
+        values = param.grid_values()
+        return min(values, key=lambda v: abs(v - moved))
+    return min(max(moved, param.low), param.high)
+
+
+class PBTScheduler(TrialScheduler):
+    def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
+        super().__init__(spec, searcher)
+        sched = spec.scheduler
+        self.interval = sched.perturbation_interval
+        self.quantile = sched.quantile_fraction
+        self.resample_probability = sched.resample_probability
+        self._rng = random.Random(spec.search.seed)
+        self._live: dict[str, TrialInfo] = {}
+        self._score: dict[str, float] = {}             # latest objective, for ranking
+        self._last_perturbation: dict[str, int] = {}   # iteration of the last check
+
+    def on_trial_add(self, trial: TrialInfo) -> None:
+        self._live[trial.name] = trial
+        self._last_perturbation.setdefault(trial.name, 0)
+
+    def _forget(self, trial: TrialInfo) -> None:
+        self._live.pop(trial.name, None)
+        self._score.pop(trial.name, None)
+
+    on_trial_complete = on_trial_error = on_trial_remove = _forget
+
+    def _ranked(self) -> list[TrialInfo]:
+        """Live trials with a score, best first; NaN ranks last."""
+        sign = 1.0 if self.spec.objective.mode == "min" else -1.0
+
+        def key(t: TrialInfo) -> float:
+            score = self._score[t.name]
+            return math.inf if math.isnan(score) else sign * score
+        return sorted((t for t in self._live.values() if t.name in self._score), key=key)
+
+    def on_trial_result(self, trial: TrialInfo, value: float) -> SchedulerDecision:
+        self._score[trial.name] = value
+        if trial.iteration - self._last_perturbation.get(trial.name, 0) < self.interval:
+            return CONTINUE
+        self._last_perturbation[trial.name] = trial.iteration
+        ranked = self._ranked()
+        size = min(math.ceil(len(ranked) * self.quantile), len(ranked) // 2)
+        if size == 0 or trial not in ranked[-size:]:
+            return CONTINUE
+        donors = [t for t in ranked[:size] if t.checkpoint is not None]
+        if not donors:
+            return CONTINUE        # nothing to copy yet; judged again next interval
+        donor = self._rng.choice(donors)
+        new_params = self.explore(donor.params)
+        # The restarted trial continues from the donor's checkpoint iteration.
+        self._last_perturbation[trial.name] = donor.checkpoint_iteration
+        changes = ", ".join(f"{k}={_short(v)}" for k, v in new_params.items() if donor.params.get(k) != v)
+        return SchedulerDecision(
+            Action.PAUSE, "Exploit",
+            f"bottom {self.quantile:.0%} at iteration {trial.iteration} ({self.metric} {fmt(value)}); "
+            f"continuing from {donor.name} at iteration {donor.checkpoint_iteration} "
+            f"({self.metric} {fmt(self._score[donor.name])})" + (f" with {changes}" if changes else ""),
+            clone_from=donor.name, new_params=new_params)
+
+    def explore(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        explored = {}
+        for name, param in self.spec.search_space.items():
+            if name not in params or self._rng.random() < self.resample_probability:
+                explored[name] = self.searcher.resample(name)
+            else:
+                explored[name] = perturb(param, params[name], self._rng)
+        return explored
+
+    def restore(self, trials: Iterable[TrialInfo]) -> None:
+        for trial in trials:
+            if trial.phase.is_terminal:
+                continue
+            self._live[trial.name] = trial
+            if trial.last_value is not None:
+                self._score[trial.name] = trial.last_value
+            last = trial.lineage[-1]["iteration"] if trial.lineage else 0
+            # Without a record of the last check, assume one at the last interval boundary.
+            self._last_perturbation[trial.name] = max(last, trial.iteration // self.interval * self.interval)
+
+
+def _short(value: Any) -> str:
+    return fmt(value) if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,90 @@
+"""A simulated executor and fake clock that carry out a runner's decisions.
+
+Each tick, every running trial reports one iteration whose objective comes from a
+``curve(params, iteration)``; faults can be injected per (trial, attempt, iteration).
+Pure and deterministic, so tests, the quality check and the 10k-trial benchmark drive
+the real ``TrialRunner`` with no Ray and no sleeps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from kubetune.core.runner import TrialRunner
+from kubetune.core.types import (
+    Decision, FinishExperiment, LaunchTrial, PauseTrial, Result, StopTrial,
+)
+
+Curve = Callable[[Mapping[str, Any], int], float]
+# (trial name, attempt, iteration about to be reported) -> None, "error" or "cluster"
+Faults = Callable[[str, int, int], "str | None"]
+
+
+@dataclass
+class SimTrial:
+    name: str
+    params: Mapping[str, Any]
+    iteration: int
+    seq: int
+    attempt: int
+
+
+@dataclass
+class Simulator:
+    runner: TrialRunner
+    curve: Curve
+    trial_length: int | None = None        # the function returns after this many iterations
+    faults: Faults | None = None
+    checkpoint_every: int = 1
+    now: float = 0.0
+    running: dict[str, SimTrial] = field(default_factory=dict)
+    log: list[Decision] = field(default_factory=list)
+    iterations_run: int = 0                # results delivered: the compute spent
+    keep_log: bool = True
+
+    def apply(self, decisions: list[Decision]) -> None:
+        for decision in decisions:
+            if self.keep_log:
+                self.log.append(decision)
+            if isinstance(decision, LaunchTrial):
+                self.running[decision.name] = SimTrial(decision.name, decision.params, decision.start_iteration,
+                                                       decision.last_result_seq, decision.attempt)
+                self.apply(self.runner.on_trial_launched(decision.name, self.now))
+            elif isinstance(decision, (StopTrial, PauseTrial)):
+                self.running.pop(decision.name, None)
+
+    def report(self, trial: SimTrial) -> None:
+        """Deliver the trial's next iteration (or its error, or its completion)."""
+        iteration = trial.iteration + 1
+        if self.trial_length is not None and trial.iteration >= self.trial_length:
+            self.running.pop(trial.name, None)
+            self.apply(self.runner.on_trial_completed(trial.name, self.now))
+            return
+        fault = self.faults(trial.name, trial.attempt, iteration) if self.faults else None
+        if fault:
+            self.running.pop(trial.name, None)
+            self.apply(self.runner.on_trial_errored(trial.name, f"simulated {fault} at iteration {iteration}",
+                                                    self.now, cluster_fault=fault == "cluster"))
+            return
+        trial.iteration, trial.seq = iteration, trial.seq + 1
+        checkpoint = f"sim://{trial.name}/{iteration}" if iteration % self.checkpoint_every == 0 else None
+        metric = self.runner.spec.objective.metric
+        result = Result(trial.seq, iteration, {metric: self.curve(trial.params, iteration)}, self.now,
+                        checkpoint, trial.attempt)
+        self.iterations_run += 1
+        self.apply(self.runner.on_trial_result(trial.name, result, self.now))
+
+    def tick(self, dt: float = 1.0) -> None:
+        self.now += dt
+        self.apply(self.runner.step(self.now))
+        for trial in list(self.running.values()):
+            if self.running.get(trial.name) is trial:
+                self.report(trial)
+        self.apply(self.runner.step(self.now))
+
+    def run(self, max_ticks: int = 100_000) -> FinishExperiment | None:
+        for _ in range(max_ticks):
+            if self.runner.finished:
+                break
+            self.tick()
+        return self.runner.finished

@@ -1,0 +1,47 @@
+"""The runner's view of one trial. Mutable, owned by ``TrialRunner``; schedulers and
+the controller read it (``TrialRunner.trials``) and never change it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kubetune.core.types import TrialPhase
+
+
+@dataclass
+class TrialInfo:
+    name: str
+    index: int
+    params: dict[str, Any]
+    phase: TrialPhase = TrialPhase.PENDING
+    reason: str = ""
+    message: str = ""
+    iteration: int = 0                         # last reported (1-based; 0 = nothing yet)
+    history: list[Mapping[str, Any]] = field(default_factory=list)   # metrics + "iteration"
+    last_metrics: Mapping[str, Any] | None = None
+    last_value: float | None = None            # objective in the last result
+    best_value: float | None = None            # best objective reported so far
+    best_iteration: int | None = None
+    checkpoint: str | None = None              # latest persisted checkpoint
+    checkpoint_iteration: int = 0              # the iteration that checkpoint holds
+    attempt: int = 0                           # launches so far minus one
+    failures: int = 0                          # errors that counted against maxFailures
+    failure_log: list[dict[str, Any]] = field(default_factory=list)  # {attempt, reason, message, time}
+    parent: str | None = None                  # PBT: trial whose checkpoint was cloned
+    lineage: list[dict[str, Any]] = field(default_factory=list)      # PBT {iteration, from, params}
+    last_seq: int = -1                         # seq of the last result recorded
+    launched: bool = False                     # has run at least once (a relaunch is a new attempt)
+    relaunch: bool = False                     # Paused, and should run again when it can
+    queued_since: float | None = None
+    start_time: float | None = None
+    completion_time: float | None = None
+
+    @property
+    def launchable(self) -> bool:
+        return self.phase in (TrialPhase.PENDING, TrialPhase.QUEUED) or (
+            self.phase is TrialPhase.PAUSED and self.relaunch)
+
+    @property
+    def resuming(self) -> bool:
+        """It ran before: a retry, an unpause or a PBT exploit (it starts from a checkpoint)."""
+        return self.attempt > 0 or self.checkpoint is not None or self.iteration > 0

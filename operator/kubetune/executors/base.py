@@ -1,0 +1,159 @@
+"""The executor seam: what the controller asks of whatever runs trials.
+
+A trial is addressed by its key ``"<namespace>/<experiment>/<trial>"``.  Every
+method is synchronous (the operator calls them in a thread) and safe to call from
+several threads.  The behaviours follow Ray Tune's TrialExecutor and Syne Tune's
+TrialBackend: start (optionally from a checkpoint, also another trial's), stop,
+pause, fetch the results not seen yet (by sequence number), busy trials, logs.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple, Protocol
+
+from kubetune.core.types import Result
+
+
+class ExecutorError(RuntimeError):
+    """Something only the executor's platform can cause went wrong."""
+
+
+class RayUnavailableError(ExecutorError):
+    """The Ray cluster cannot be reached; ``address`` and ``cause`` say which and why."""
+
+    def __init__(self, address: str, cause: str):
+        super().__init__(f"Ray at {address!r} is unavailable: {cause}")
+        self.address = address
+        self.cause = cause
+
+
+class TrialState(str, enum.Enum):
+    RUNNING = "running"        # started or starting; more results may come
+    COMPLETED = "completed"    # the function returned; every result was delivered
+    FAILED = "failed"          # the function raised; ``error`` holds type, message, traceback
+    STOPPED = "stopped"        # it ended at a report after stop()/pause() asked it to
+    MISSING = "missing"        # its process is gone (worker or node died, Ray restarted)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self is not TrialState.RUNNING
+
+
+@dataclass(frozen=True)
+class ResourceShape:
+    """What one trial asks for.  Accepts spec.TrialResources or a dict via ``of``.
+
+    ``bundles`` > 1 reserves that many identical bundles in one placement group:
+    the trial's own process takes bundle 0, the rest are for the workers it starts.
+    """
+    cpu: float = 1.0
+    gpu: float = 0.0
+    memory_bytes: int | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+    bundles: int = 1
+
+    @classmethod
+    def of(cls, resources: Any) -> "ResourceShape":
+        if resources is None:
+            return cls()
+        if isinstance(resources, ResourceShape):
+            return resources
+        get = resources.get if isinstance(resources, Mapping) else \
+            (lambda name, default=None: getattr(resources, name, default))
+        cpu = get("cpu", None)
+        return cls(cpu=1.0 if cpu is None else float(cpu),
+                   gpu=float(get("gpu", 0.0) or 0.0),
+                   memory_bytes=get("memory_bytes", None),
+                   custom=dict(get("custom", None) or {}),
+                   bundles=int(get("bundles", 1) or 1))
+
+    def bundle(self) -> dict[str, float]:
+        """One bundle in Ray's resource names."""
+        spec: dict[str, float] = {"CPU": self.cpu}
+        if self.gpu:
+            spec["GPU"] = self.gpu
+        if self.memory_bytes:
+            spec["memory"] = float(self.memory_bytes)
+        spec.update({k: float(v) for k, v in self.custom.items()})
+        return spec
+
+    def total(self) -> dict[str, float]:
+        return {k: v * self.bundles for k, v in self.bundle().items()}
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    trial_key: str                       # "<namespace>/<experiment>/<trial>"
+    entrypoint: str                      # "package.module:function"
+    config: Mapping[str, Any]
+    resources: Any = None                # ResourceShape, spec.TrialResources or dict
+    checkpoint: str | None = None        # location to resume from (maybe another trial's)
+    start_iteration: int = 0             # iterations already done; reports continue from +1
+    start_seq: int = 0                   # last result seq already recorded; new ones follow it
+    attempt: int = 0
+    runtime_env: Mapping[str, Any] | None = None
+    storage: str = ""                    # checkpoint storage root (path or URI)
+    keep_last: int = 2
+    keep_best: int = 0                   # with metric/mode: also keep the best N checkpoints
+    metric: str | None = None
+    mode: str = "min"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trial_key": self.trial_key, "entrypoint": self.entrypoint,
+                "config": dict(self.config), "checkpoint": self.checkpoint,
+                "start_iteration": self.start_iteration, "start_seq": self.start_seq,
+                "attempt": self.attempt, "storage": self.storage, "keep_last": self.keep_last,
+                "keep_best": self.keep_best, "metric": self.metric, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    trial_key: str
+    actor_name: str                      # the named Ray actor hosting the trial
+    attached: bool                       # True: it was already running; nothing new started
+    placement_group: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialUpdate:
+    """What happened to one trial since the cursor the controller gave."""
+    trial_key: str
+    state: TrialState
+    results: tuple[Result, ...] = ()     # seq > cursor, in order
+    error: str = ""                      # FAILED: "{ExcType}: {msg}\n{traceback tail}"; MISSING: cause
+    cluster_fault: bool = False          # MISSING because of the cluster (node lost, Ray restarted)
+    attempt: int | None = None
+    checkpoint: str | None = None        # latest persisted checkpoint of this attempt, if any
+    iteration: int | None = None         # latest reported iteration
+
+
+class NodeResources(NamedTuple):
+    node_id: str
+    address: str
+    total: dict[str, float]
+    available: dict[str, float]
+
+
+class ClusterResources(NamedTuple):
+    total: dict[str, float]
+    available: dict[str, float]
+    nodes: list[NodeResources]
+
+
+class TrialExecutor(Protocol):
+    def connect(self) -> None: ...
+    def disconnect(self) -> None: ...
+    def start(self, req: LaunchRequest) -> LaunchInfo: ...
+    def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0,
+             limit: int = 1000) -> dict[str, TrialUpdate]: ...
+    def stop(self, trial_key: str, *, after_seq: int | None = None,
+             timeout_s: float = 5.0) -> TrialUpdate | None: ...
+    def pause(self, trial_key: str, *, after_seq: int | None = None,
+              timeout_s: float = 30.0) -> TrialUpdate | None: ...
+    def list_trials(self, prefix: str = "") -> list[str]: ...
+    def stop_all(self, prefix: str) -> int: ...
+    def cluster_resources(self) -> ClusterResources: ...
+    def logs(self, trial_key: str, lines: int = 200) -> str: ...
+    def describe(self, trial_key: str) -> dict | None: ...
+    def request_resources(self, bundles: list[dict[str, float]]) -> None: ...

@@ -1,0 +1,158 @@
+"""The parsed Experiment: frozen dataclasses, snake_case, defaults already applied.
+
+Field names follow the shared contract (notes/CONTRACT.md); ``parse.py`` builds them
+from the CR's camelCase dict and is the only place that validates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc")
+SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
+DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
+EXECUTORS = ("ray", "pod")
+
+
+class SpecError(ValueError):
+    """A user-fixable problem in an Experiment spec, located by its field path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Param:
+    """One search-space entry.
+
+    ``kind`` is the distribution name. ``uniform``/``loguniform``: floats in [low, high].
+    ``quniform``: multiples of ``q`` from ``low`` up to ``high`` (ints when low, high and q
+    are all integers). ``randint``: integers in [low, high) like Ray Tune.
+    ``choice``: one of ``choices``.
+    """
+    kind: str
+    low: float | int | None = None
+    high: float | int | None = None
+    q: float | int | None = None
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def is_integer(self) -> bool:
+        if self.kind == "randint":
+            return True
+        return self.kind == "quniform" and all(isinstance(v, int) for v in (self.low, self.high, self.q))
+
+    def grid_values(self) -> list[Any] | None:
+        """Every value this parameter can take, or None when it is continuous."""
+        if self.kind == "choice":
+            return list(self.choices)
+        if self.kind == "randint":
+            return list(range(int(self.low), int(self.high)))
+        if self.kind == "quniform":
+            steps = int((self.high - self.low) / self.q + 1e-9)
+            values = [self.low + i * self.q for i in range(steps + 1)]
+            # Repeated float addition drifts (0.1 * 3 != 0.3); round to q's precision.
+            return values if self.is_integer else [round(v, 12) for v in values]
+        return None
+
+    def grid_size(self) -> int | None:
+        if self.kind == "choice":
+            return len(self.choices)
+        if self.kind == "randint":
+            return int(self.high - self.low)
+        if self.kind == "quniform":
+            return int((self.high - self.low) / self.q + 1e-9) + 1
+        return None
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str                      # "min" | "max"
+    goal: float | None = None
+
+    def better(self, a: float, b: float) -> bool:
+        """True when ``a`` is strictly better than ``b`` in this objective's direction."""
+        return a < b if self.mode == "min" else a > b
+
+    def reached(self, value: float) -> bool:
+        if self.goal is None:
+            return False
+        return value <= self.goal if self.mode == "min" else value >= self.goal
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    algorithm: str = "random"
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    type: str = "fifo"
+    max_iterations: int | None = None
+    grace_period: int = 1
+    reduction_factor: int = 3
+    perturbation_interval: int = 5
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_trials: int = 10
+    parallelism: int = 1
+    max_failed_trials: int | None = None
+    max_duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    """One bundle's resources; a trial asks for ``bundles`` identical bundles."""
+    cpu: float = 1.0
+    gpu: float = 0.0
+    memory_bytes: int | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+    bundles: int = 1
+
+
+@dataclass(frozen=True)
+class TrialTemplate:
+    entrypoint: str | None = None
+    resources: TrialResources = field(default_factory=TrialResources)
+    max_failures: int = 0
+    queue_timeout_s: float | None = None
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    storage: str | None = None
+    keep_last: int = 2
+    keep_best: int = 0
+    delete_on_completion: bool = False
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    address: str | None = None
+    token_secret_name: str | None = None
+    token_secret_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    objective: Objective
+    search_space: Mapping[str, Param]
+    search: SearchSpec = field(default_factory=SearchSpec)
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    budget: Budget = field(default_factory=Budget)
+    trial: TrialTemplate = field(default_factory=TrialTemplate)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    ray: RaySpec = field(default_factory=RaySpec)
+    executor: str = "ray"
+    priority: int = 0
+    suspend: bool = False

@@ -1,0 +1,347 @@
+"""Experiment CR ``spec`` dict -> ``ExperimentSpec``, or a ``SpecError`` naming the field.
+
+The CRD schema rejects what it can at ``kubectl apply``; this catches the rest (and
+everything when an Experiment file is run locally without a CRD). Every message says
+what was wrong and what to write instead.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+from kubetune.spec.model import (
+    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
+    Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError, TrialResources, TrialTemplate,
+)
+from kubetune.spec.quantities import parse_duration, parse_memory
+
+# GridSampler materialises every combination; beyond this a grid is a typo, not a plan.
+MAX_GRID_POINTS = 100_000
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_RAY_ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+:\d+)$")
+_RESERVED_RESOURCES = {"cpu", "gpu", "memory", "object_store_memory"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mapping(value: Any, path: str, required: bool = False) -> Mapping[str, Any]:
+    if value is None:
+        if required:
+            raise SpecError(path, "required")
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"must be an object (got {type(value).__name__})")
+    return value
+
+
+def _only_keys(obj: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise SpecError(f"{path}.{key}", f"unknown field; expected one of: {', '.join(allowed)}")
+
+
+def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, minimum: int | None) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise SpecError(f"{path}.{key}", f"must be an integer (got {value!r})")
+    if minimum is not None and value < minimum:
+        raise SpecError(f"{path}.{key}", f"must be >= {minimum} (got {value})")
+    return value
+
+
+def _number(obj: Mapping[str, Any], key: str, path: str, default: float | None, minimum: float | None = None) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise SpecError(f"{path}.{key}", f"must be a finite number (got {value!r})")
+    if minimum is not None and value < minimum:
+        raise SpecError(f"{path}.{key}", f"must be >= {minimum:g} (got {value})")
+    return float(value)
+
+
+def _bool(obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(f"{path}.{key}", f"must be true or false (got {value!r})")
+    return value
+
+
+def _string(obj: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{path}.{key}", f"must be a non-empty string (got {value!r})")
+    return value
+
+
+def _one_of(obj: Mapping[str, Any], key: str, path: str, options: tuple[str, ...], default: str, what: str) -> str:
+    value = obj.get(key, default)
+    if value not in options:
+        raise SpecError(f"{path}.{key}", f"unknown {what} {value!r}; use one of: {', '.join(options)}")
+    return value
+
+
+def _duration(obj: Mapping[str, Any], key: str, path: str) -> float | None:
+    if obj.get(key) is None:
+        return None
+    try:
+        return parse_duration(obj[key])
+    except ValueError as exc:
+        raise SpecError(f"{path}.{key}", str(exc)) from None
+
+
+# ------------------------------------------------------------------ sections
+
+def _objective(raw: Any) -> Objective:
+    path = "spec.objective"
+    if raw is None:
+        raise SpecError(path, "required: add objective: {metric: <reported metric name>, mode: min|max}")
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("metric", "mode", "goal"))
+    metric = obj.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise SpecError(f"{path}.metric", "required: the name of the metric your function reports, e.g. val_loss")
+    if obj.get("mode") not in ("min", "max"):
+        raise SpecError(f"{path}.mode", f"must be min or max (got {obj.get('mode')!r})")
+    return Objective(metric=metric, mode=obj["mode"], goal=_number(obj, "goal", path, None))
+
+
+def _bounds(values: Any, path: str, kind: str, count: int, shape: str) -> list[Any]:
+    if not isinstance(values, list) or len(values) != count:
+        got = f"{len(values)} values" if isinstance(values, list) else repr(values)
+        raise SpecError(path, f"expected {shape} (got {got})")
+    for value in values:
+        if not _is_number(value):
+            raise SpecError(path, f"bounds must be finite numbers (got {value!r})")
+    if values[0] >= values[1]:
+        raise SpecError(path, f"low must be < high (got low={values[0]}, high={values[1]})")
+    return values
+
+
+def _param(name: str, raw: Any) -> Param:
+    path = f"spec.searchSpace.{name}"
+    entry = _mapping(raw, path, required=True)
+    kinds = [k for k in entry if k in DISTRIBUTIONS]
+    unknown = [k for k in entry if k not in DISTRIBUTIONS]
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}",
+                        f"unknown distribution; use exactly one of: {', '.join(DISTRIBUTIONS)}")
+    if len(kinds) != 1:
+        got = ", ".join(kinds) if kinds else "none"
+        raise SpecError(path, f"needs exactly one of {', '.join(DISTRIBUTIONS)} (got {got})")
+    kind = kinds[0]
+    values = entry[kind]
+    path = f"{path}.{kind}"
+    if kind == "uniform":
+        low, high = _bounds(values, path, kind, 2, "[low, high]")
+        return Param(kind, low=float(low), high=float(high))
+    if kind == "loguniform":
+        low, high = _bounds(values, path, kind, 2, "[low, high]")
+        if low <= 0:
+            raise SpecError(path, f"low must be > 0 for a log scale (got {low})")
+        return Param(kind, low=float(low), high=float(high))
+    if kind == "quniform":
+        if isinstance(values, list) and len(values) == 3 and _is_number(values[2]) and values[2] <= 0:
+            raise SpecError(path, f"q (the step) must be > 0 (got {values[2]})")
+        low, high, q = _bounds(values, path, kind, 3, "[low, high, q]")
+        if q > high - low:
+            raise SpecError(path, f"q (the step) must be <= high - low (got q={q}, high - low={high - low})")
+        if all(isinstance(v, int) for v in (low, high, q)):
+            return Param(kind, low=low, high=high, q=q)
+        return Param(kind, low=float(low), high=float(high), q=float(q))
+    if kind == "randint":
+        low, high = _bounds(values, path, kind, 2, "[low, high) with high exclusive")
+        if not all(isinstance(v, int) or float(v).is_integer() for v in (low, high)):
+            raise SpecError(path, f"bounds must be integers (got {values})")
+        return Param(kind, low=int(low), high=int(high))
+    # choice
+    if not isinstance(values, list) or not values:
+        raise SpecError(path, "expected a non-empty list of values, e.g. [32, 64, 128]")
+    seen: list[Any] = []
+    for value in values:
+        if not (isinstance(value, (str, bool)) or _is_number(value)):
+            raise SpecError(path, f"values must be numbers, strings or booleans (got {value!r})")
+        # 1 == True in Python; compare with the type so [1, true] is not a duplicate.
+        if any(type(v) is type(value) and v == value for v in seen):
+            raise SpecError(path, f"duplicate value {value!r}")
+        seen.append(value)
+    return Param(kind, choices=tuple(values))
+
+
+def _search_space(raw: Any) -> dict[str, Param]:
+    path = "spec.searchSpace"
+    space = _mapping(raw, path)
+    if not space:
+        raise SpecError(path, "required: at least one parameter, e.g. lr: {loguniform: [1.0e-5, 1.0e-1]}")
+    return {str(name): _param(str(name), entry) for name, entry in space.items()}
+
+
+def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:
+    path = "spec.search"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("algorithm", "seed"))
+    algorithm = _one_of(obj, "algorithm", path, ALGORITHMS, "random", "algorithm")
+    seed = _int(obj, "seed", path, None, 0)
+    if algorithm == "grid":
+        points = 1
+        for name, param in space.items():
+            size = param.grid_size()
+            if size is None:
+                raise SpecError(f"spec.searchSpace.{name}.{param.kind}",
+                                "grid search needs a finite set of values: use choice, randint or "
+                                "quniform for this parameter, or another search.algorithm")
+            points *= size
+        if points > MAX_GRID_POINTS:
+            raise SpecError("spec.searchSpace",
+                            f"the grid has {points} points (at most {MAX_GRID_POINTS}); "
+                            "use fewer values or search.algorithm random/tpe")
+    return SearchSpec(algorithm=algorithm, seed=seed)
+
+
+def _scheduler(raw: Any) -> SchedulerSpec:
+    path = "spec.scheduler"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("type", "maxIterations", "gracePeriod", "reductionFactor",
+                           "perturbationInterval", "quantileFraction", "resampleProbability"))
+    kind = _one_of(obj, "type", path, SCHEDULERS, "fifo", "scheduler")
+    max_iterations = _int(obj, "maxIterations", path, None, 1)
+    if kind in ("asha", "hyperband") and max_iterations is None:
+        raise SpecError(f"{path}.maxIterations",
+                        f"required for {kind}: the per-trial iteration cap, e.g. maxIterations: 100")
+    grace = _int(obj, "gracePeriod", path, 1, 1)
+    if max_iterations is not None and grace > max_iterations:
+        raise SpecError(f"{path}.gracePeriod", f"must be <= maxIterations ({max_iterations}) (got {grace})")
+    quantile = _number(obj, "quantileFraction", path, 0.25)
+    if not 0 < quantile <= 0.5:
+        raise SpecError(f"{path}.quantileFraction", f"must be in (0, 0.5] (got {quantile})")
+    resample = _number(obj, "resampleProbability", path, 0.25)
+    if not 0 <= resample <= 1:
+        raise SpecError(f"{path}.resampleProbability", f"must be in [0, 1] (got {resample})")
+    return SchedulerSpec(
+        type=kind, max_iterations=max_iterations, grace_period=grace,
+        reduction_factor=_int(obj, "reductionFactor", path, 3, 2),
+        perturbation_interval=_int(obj, "perturbationInterval", path, 5, 1),
+        quantile_fraction=quantile, resample_probability=resample,
+    )
+
+
+def _budget(raw: Any) -> Budget:
+    path = "spec.budget"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration"))
+    return Budget(
+        max_trials=_int(obj, "maxTrials", path, 10, 1),
+        parallelism=_int(obj, "parallelism", path, 1, 1),
+        max_failed_trials=_int(obj, "maxFailedTrials", path, None, 0),
+        max_duration_s=_duration(obj, "maxDuration", path),
+    )
+
+
+def _resources(raw: Any) -> TrialResources:
+    path = "spec.trial.resources"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("cpu", "gpu", "memory", "custom", "bundles"))
+    memory = None
+    if obj.get("memory") is not None:
+        try:
+            memory = parse_memory(obj["memory"])
+        except ValueError as exc:
+            raise SpecError(f"{path}.memory", str(exc)) from None
+    custom: dict[str, float] = {}
+    for name, amount in _mapping(obj.get("custom"), f"{path}.custom").items():
+        if str(name).lower() in _RESERVED_RESOURCES:
+            raise SpecError(f"{path}.custom.{name}", "use the cpu, gpu and memory fields for these")
+        if not _is_number(amount) or amount < 0:
+            raise SpecError(f"{path}.custom.{name}", f"must be a number >= 0 (got {amount!r})")
+        custom[str(name)] = float(amount)
+    return TrialResources(
+        cpu=_number(obj, "cpu", path, 1.0, 0.0), gpu=_number(obj, "gpu", path, 0.0, 0.0),
+        memory_bytes=memory, custom=custom, bundles=_int(obj, "bundles", path, 1, 1),
+    )
+
+
+def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate:
+    path = "spec.trial"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "runtimeEnv", "config"))
+    entrypoint = _string(obj, "entrypoint", path)
+    if entrypoint is None and executor == "ray":
+        raise SpecError(f"{path}.entrypoint", "required for the ray executor: the function to tune, "
+                                              "as \"package.module:function\"")
+    if entrypoint is not None and not _ENTRYPOINT.match(entrypoint):
+        raise SpecError(f"{path}.entrypoint", f"expected \"package.module:function\" (got {entrypoint!r})")
+    config = dict(_mapping(obj.get("config"), f"{path}.config"))
+    for key in config:
+        if key in space:
+            raise SpecError(f"{path}.config.{key}", "is also in searchSpace, where the sampled value would "
+                                                    "always win; remove it from one of them")
+    return TrialTemplate(
+        entrypoint=entrypoint, resources=_resources(obj.get("resources")),
+        max_failures=_int(obj, "maxFailures", path, 0, 0),
+        queue_timeout_s=_duration(obj, "queueTimeout", path),
+        runtime_env=dict(_mapping(obj.get("runtimeEnv"), f"{path}.runtimeEnv")), config=config,
+    )
+
+
+def _checkpoint(raw: Any) -> CheckpointSpec:
+    path = "spec.checkpoint"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("storage", "keepLast", "keepBest", "deleteOnCompletion"))
+    return CheckpointSpec(
+        storage=_string(obj, "storage", path), keep_last=_int(obj, "keepLast", path, 2, 1),
+        keep_best=_int(obj, "keepBest", path, 0, 0),
+        delete_on_completion=_bool(obj, "deleteOnCompletion", path, False),
+    )
+
+
+def _ray(raw: Any) -> RaySpec:
+    path = "spec.ray"
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("address", "tokenSecretRef"))
+    address = _string(obj, "address", path)
+    if address is not None and not _RAY_ADDRESS.match(address):
+        raise SpecError(f"{path}.address", f"expected local, auto or ray://host:port (got {address!r})")
+    name = key = None
+    if obj.get("tokenSecretRef") is not None:
+        ref_path = f"{path}.tokenSecretRef"
+        ref = _mapping(obj["tokenSecretRef"], ref_path)
+        _only_keys(ref, ref_path, ("name", "key"))
+        name, key = _string(ref, "name", ref_path), _string(ref, "key", ref_path)
+        if name is None or key is None:
+            missing = "name" if name is None else "key"
+            raise SpecError(f"{ref_path}.{missing}", "required: the Secret's name and the key holding the token")
+    return RaySpec(address=address, token_secret_name=name, token_secret_key=key)
+
+
+TOP_LEVEL = ("objective", "searchSpace", "search", "scheduler", "budget", "trial", "checkpoint",
+             "ray", "executor", "priority", "suspend")
+
+
+def parse_experiment(spec: Any) -> ExperimentSpec:
+    """Validate and parse an Experiment's ``spec``; raises ``SpecError`` on the first problem."""
+    root = _mapping(spec, "spec", required=True)
+    _only_keys(root, "spec", TOP_LEVEL)
+    objective = _objective(root.get("objective"))
+    space = _search_space(root.get("searchSpace"))
+    search = _search(root.get("search"), space)
+    executor = _one_of(root, "executor", "spec", EXECUTORS, "ray", "executor")
+    return ExperimentSpec(
+        objective=objective, search_space=space, search=search,
+        scheduler=_scheduler(root.get("scheduler")), budget=_budget(root.get("budget")),
+        trial=_trial(root.get("trial"), executor, space), checkpoint=_checkpoint(root.get("checkpoint")),
+        ray=_ray(root.get("ray")), executor=executor,
+        priority=_int(root, "priority", "spec", 0, None), suspend=_bool(root, "suspend", "spec", False),
+    )

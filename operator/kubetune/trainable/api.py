@@ -1,0 +1,137 @@
+"""The trial-side API: what a user's training function calls.
+
+```python
+import kubetune
+
+def train(config):
+    start = kubetune.get_checkpoint()          # a local directory, or None
+    for step in range(100):
+        loss = ...
+        kubetune.report({"val_loss": loss}, checkpoint=some_dir)
+```
+
+Each call goes to the *session* of the trial running on the calling thread: the
+function runner binds it to the thread that runs the user's function. A thread the
+function starts itself is not bound; in a trial worker process (which hosts one
+trial at a time, see ``share_session_with_all_threads``) it reaches that trial too.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+
+class TrialStopped(BaseException):
+    """Raised by ``report()`` once the trial was told to stop; ends the user's function.
+
+    A ``BaseException`` so that a broad ``except Exception`` in user code does not
+    swallow it; the function runner catches it and ends the trial as stopped.
+    """
+
+
+class NoTrialError(RuntimeError):
+    """A trial-side API function was called outside a running trial."""
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    trial_key: str            # "<namespace>/<experiment>/<trial>"
+    attempt: int              # 0 for the first run, +1 per retry
+    iteration: int            # last reported iteration (start_iteration before the first report)
+    start_iteration: int      # iterations already done when this attempt started
+    should_checkpoint: bool   # a pause is waiting for the next report that carries a checkpoint
+    should_stop: bool = False # a stop is waiting for the next report: a long step may cut short
+
+    @property
+    def namespace(self) -> str:
+        return self.trial_key.split("/")[0]
+
+    @property
+    def experiment(self) -> str:
+        return self.trial_key.split("/")[1]
+
+    @property
+    def trial_name(self) -> str:
+        return self.trial_key.split("/")[-1]
+
+
+class Session(Protocol):
+    def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None) -> None: ...
+    def get_config(self) -> dict: ...
+    def get_checkpoint(self) -> str | None: ...
+    def get_context(self) -> TrialContext: ...
+
+
+_thread = threading.local()
+_active: list[Session] = []
+_active_lock = threading.Lock()
+_process_wide = False
+
+
+def share_session_with_all_threads() -> None:
+    """This process hosts one trial at a time: let every thread reach its session."""
+    global _process_wide
+    _process_wide = True
+
+
+def bind(session: Session) -> None:
+    """Make ``session`` the current one for the calling thread (function runner only)."""
+    _thread.session = session
+    with _active_lock:
+        _active.append(session)
+
+
+def unbind(session: Session) -> None:
+    if getattr(_thread, "session", None) is session:
+        _thread.session = None
+    with _active_lock:
+        if session in _active:
+            _active.remove(session)
+
+
+def current_session() -> Session | None:
+    session = getattr(_thread, "session", None)
+    if session is not None:
+        return session
+    if not _process_wide:
+        return None
+    with _active_lock:
+        return _active[0] if len(_active) == 1 else None
+
+
+def _require(what: str) -> Session:
+    session = current_session()
+    if session is None:
+        raise NoTrialError(
+            f"kubetune.{what}() was called outside a trial: it only works inside the "
+            "function named by spec.trial.entrypoint while kubetune runs it")
+    return session
+
+
+def report(metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = None) -> None:
+    """Record one result (one iteration) and, optionally, persist a checkpoint directory.
+
+    ``metrics`` maps names to numbers (also strings, booleans, lists); numpy scalars
+    are converted. ``checkpoint`` is a directory the function filled; it is copied to
+    the experiment's checkpoint storage before this returns, so the function may
+    reuse or delete it afterwards. Unlike Ray Tune's blocking report this returns at
+    once: results are buffered and fetched in batches by the operator.
+    """
+    _require("report").report(metrics, checkpoint)
+
+
+def get_config() -> dict:
+    """The trial's configuration: sampled parameters merged over spec.trial.config."""
+    return _require("get_config").get_config()
+
+
+def get_checkpoint() -> str | None:
+    """A local directory holding the checkpoint to resume from, or None for a fresh start."""
+    return _require("get_checkpoint").get_checkpoint()
+
+
+def get_context() -> TrialContext:
+    """Who and where this trial is: key, attempt, iteration, whether to checkpoint now."""
+    return _require("get_context").get_context()

@@ -1,0 +1,238 @@
+"""Checkpoint storage: persist a trial's checkpoint directory, keep the latest N, restore.
+
+Layout: ``<storage>/<namespace>/<experiment>/<trial>/checkpoint-<iteration:06d>``.
+``storage`` is a local or shared filesystem path (a PVC mount) or a URI with a
+scheme (``s3://``, ``gs://``, ``memory://``, ...), which goes through fsspec.
+
+A checkpoint is written to a ``.tmp-*`` sibling first and renamed into place, with
+a small metadata file (iteration, metrics) inside, so a crash mid-copy never
+leaves a half checkpoint that a retry would restore from.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+META_FILE = ".kubetune_checkpoint.json"
+_NAME = re.compile(r"^checkpoint-(\d{6,})$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, found or read."""
+
+
+def has_scheme(location: str) -> bool:
+    return bool(_SCHEME.match(location)) and not location.startswith("file://")
+
+
+def _strip_file_scheme(location: str) -> str:
+    return location[len("file://"):] if location.startswith("file://") else location
+
+
+def _fsspec(location: str):
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError as exc:  # pragma: no cover - fsspec ships with ray[default]
+        raise CheckpointError(
+            f"checkpoint storage {location!r} has a URI scheme, which needs fsspec "
+            "and its filesystem package (e.g. `pip install fsspec s3fs`) in the trial's "
+            "environment; or use a filesystem path such as a PVC mount"
+        ) from exc
+    try:
+        return url_to_fs(location)
+    except (ImportError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint storage {location!r}: {exc}") from exc
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    iteration: int
+    location: str
+    metrics: Mapping[str, Any]
+
+
+class CheckpointStore:
+    """The checkpoints of one trial: ``<storage>/<trial_key>/checkpoint-*``.
+
+    Retention after each persist: the ``keep_last`` newest, plus the ``keep_best``
+    best by ``metric`` (``mode`` min or max); everything else is deleted.
+    """
+
+    def __init__(self, storage: str, trial_key: str, *, keep_last: int = 2,
+                 keep_best: int = 0, metric: str | None = None, mode: str = "min"):
+        if not storage:
+            raise CheckpointError("no checkpoint storage configured (spec.checkpoint.storage)")
+        if keep_last < 1:
+            raise CheckpointError(f"keep_last must be >= 1, got {keep_last}")
+        self.trial_dir = _join(_strip_file_scheme(storage), trial_key)
+        self.keep_last = keep_last
+        self.keep_best = keep_best if metric else 0
+        self.metric = metric
+        self.mode = mode
+        self._remote = has_scheme(storage)
+        if self._remote:
+            self._fs, self._root = _fsspec(self.trial_dir)
+
+    # ---------------------------------------------------------------- public
+
+    def persist(self, local_dir: str | os.PathLike, iteration: int,
+                metrics: Mapping[str, Any]) -> str:
+        """Copy ``local_dir`` in as the checkpoint of ``iteration``; return its location."""
+        source = os.fspath(local_dir)
+        if not os.path.isdir(source):
+            raise CheckpointError(f"report(checkpoint={source!r}): not a directory")
+        name = f"checkpoint-{iteration:06d}"
+        meta = json.dumps({"iteration": iteration, "metrics": dict(metrics),
+                           "time": time.time()}, default=str)
+        if self._remote:
+            location = self._persist_remote(source, name, meta)
+        else:
+            location = self._persist_local(source, name, meta)
+        self._apply_retention(protect=location)
+        return location
+
+    def list(self) -> list[StoredCheckpoint]:
+        """Complete checkpoints of this trial, oldest first."""
+        found = []
+        for entry in self._list_names():
+            match = _NAME.match(entry)
+            if not match:
+                continue
+            location = _join(self.trial_dir, entry)
+            found.append(StoredCheckpoint(int(match.group(1)), location,
+                                          self._read_meta(location)))
+        return sorted(found, key=lambda c: c.iteration)
+
+    # ---------------------------------------------------------------- local
+
+    def _persist_local(self, source: str, name: str, meta: str) -> str:
+        os.makedirs(self.trial_dir, exist_ok=True)
+        final = os.path.join(self.trial_dir, name)
+        tmp = os.path.join(self.trial_dir, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
+        try:
+            shutil.copytree(source, tmp, symlinks=True)
+            with open(os.path.join(tmp, META_FILE), "w") as f:
+                f.write(meta)
+            if os.path.exists(final):   # a retry re-reaching an iteration it had saved
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"cannot persist checkpoint to {final}: {exc}") from exc
+        return os.path.abspath(final)
+
+    # ---------------------------------------------------------------- fsspec
+
+    def _persist_remote(self, source: str, name: str, meta: str) -> str:
+        fs, root = self._fs, self._root
+        final = _join(root, name)
+        tmp = _join(root, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
+        try:
+            fs.makedirs(root, exist_ok=True)
+            fs.put(source.rstrip("/") + "/", tmp + "/", recursive=True)
+            with fs.open(_join(tmp, META_FILE), "w") as f:
+                f.write(meta)
+            if fs.exists(final):
+                fs.rm(final, recursive=True)
+            fs.mv(tmp, final, recursive=True)
+        except Exception as exc:  # fsspec backends raise many types
+            raise CheckpointError(f"cannot persist checkpoint to {_join(self.trial_dir, name)}: {exc}") from exc
+        return _join(self.trial_dir, name)
+
+    # ---------------------------------------------------------------- retention
+
+    def _list_names(self) -> list[str]:
+        if self._remote:
+            try:
+                return [p.rstrip("/").rsplit("/", 1)[-1]
+                        for p in self._fs.ls(self._root, detail=False)]
+            except FileNotFoundError:
+                return []
+        try:
+            return os.listdir(self.trial_dir)
+        except FileNotFoundError:
+            return []
+
+    def _read_meta(self, location: str) -> Mapping[str, Any]:
+        try:
+            if self._remote:
+                with self._fs.open(_join(self._root, location.rsplit("/", 1)[-1], META_FILE)) as f:
+                    return json.load(f).get("metrics", {})
+            with open(os.path.join(location, META_FILE)) as f:
+                return json.load(f).get("metrics", {})
+        except (OSError, ValueError):
+            return {}
+
+    def _delete(self, entry: str) -> None:
+        if self._remote:
+            try:
+                self._fs.rm(_join(self._root, entry), recursive=True)
+            except FileNotFoundError:
+                pass
+        else:
+            shutil.rmtree(os.path.join(self.trial_dir, entry), ignore_errors=True)
+
+    def _apply_retention(self, protect: str) -> None:
+        stored = self.list()
+        keep = {c.location for c in stored[-self.keep_last:]}
+        if self.keep_best:
+            scored = [c for c in stored if isinstance(c.metrics.get(self.metric), (int, float))]
+            scored.sort(key=lambda c: c.metrics[self.metric], reverse=self.mode == "max")
+            keep |= {c.location for c in scored[: self.keep_best]}
+        keep.add(protect)
+        for checkpoint in stored:
+            if checkpoint.location not in keep:
+                self._delete(checkpoint.location.rsplit("/", 1)[-1])
+        # Leftovers of writes interrupted by a crash: one attempt writes at a time.
+        for entry in self._list_names():
+            if entry.startswith(".tmp-"):
+                self._delete(entry)
+
+
+def materialize(location: str, dest_parent: str | None = None) -> str:
+    """A local copy of the checkpoint at ``location`` (path or URI); returns its directory.
+
+    Always a copy, so the function may modify it freely and retention may delete
+    the stored one while the function runs.
+    """
+    parent = tempfile.mkdtemp(prefix="kubetune-restore-", dir=dest_parent)
+    target = os.path.join(parent, location.rstrip("/").rsplit("/", 1)[-1] or "checkpoint")
+    if has_scheme(location):
+        fs, path = _fsspec(location)
+        if not fs.isdir(path):
+            raise CheckpointError(f"checkpoint {location!r} does not exist")
+        fs.get(path.rstrip("/") + "/", target + "/", recursive=True)
+    else:
+        path = _strip_file_scheme(location)
+        if not os.path.isdir(path):
+            raise CheckpointError(f"checkpoint {location!r} does not exist")
+        shutil.copytree(path, target, symlinks=True)
+    meta = os.path.join(target, META_FILE)
+    if os.path.exists(meta):
+        os.remove(meta)
+    return target
+
+
+def delete_trial_checkpoints(storage: str, trial_key: str) -> None:
+    """Remove every checkpoint of one trial (``checkpoint.deleteOnCompletion``)."""
+    trial_dir = _join(_strip_file_scheme(storage), trial_key)
+    if has_scheme(storage):
+        fs, path = _fsspec(trial_dir)
+        try:
+            fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+    else:
+        shutil.rmtree(trial_dir, ignore_errors=True)

@@ -1,0 +1,260 @@
+"""Run a user's training function in a thread and buffer what it reports.
+
+This is Ray Tune's FunctionRunner with one deliberate difference: ``report()`` does
+not block until the tuner asks for the next result.  Each report is numbered
+(``seq``, monotonic over the trial's whole life, across retries) and appended to an
+in-memory buffer; the operator fetches "everything after seq N" in batches, which is
+idempotent, so nothing is lost or counted twice, and the function never waits for a
+round trip to the operator.  What is given up: the tuner cannot act *between* two
+reports of a fast function (it sees them in a batch); a stop or pause therefore
+takes effect at the function's next report after the request, not at the very
+report that triggered the decision.  Results reported after a stop decision are
+still buffered; the executor hides them unless asked (``stop(after_seq=...)``).
+
+States: running -> completed (function returned) | failed (it raised; the error is
+delivered after every result reported before it) | stopped (it was told to stop and
+its next report ended it).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import shutil
+import threading
+import time
+import traceback
+from typing import Any, Callable, Mapping
+
+from kubetune.trainable import api
+from kubetune.trainable.checkpoint import CheckpointStore, materialize
+from kubetune.trainable.output import LineBuffer
+
+RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
+TERMINAL = (COMPLETED, FAILED, STOPPED)
+TRACEBACK_TAIL_CHARS = 4000
+
+
+class EntrypointError(ImportError):
+    """spec.trial.entrypoint does not name an importable function."""
+
+
+def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
+    module_name, sep, attr_path = entrypoint.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise EntrypointError(
+            f"entrypoint {entrypoint!r} must look like 'package.module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for attr in attr_path.split("."):
+            target = getattr(target, attr)
+    except (ImportError, AttributeError) as exc:
+        raise EntrypointError(
+            f"cannot load entrypoint {entrypoint!r}: {type(exc).__name__}: {exc}") from exc
+    if not callable(target):
+        raise EntrypointError(f"entrypoint {entrypoint!r} is not callable")
+    return target
+
+
+def _plain(value: Any, key: str) -> Any:
+    """Metrics must survive JSON (they end up in the Trial's status)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, key) for v in value]
+    item = getattr(value, "item", None)        # numpy / torch scalars
+    if callable(item):
+        try:
+            return _plain(item(), key)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"kubetune.report(): metric {key!r} is a {type(value).__name__}; "
+                    "report numbers, strings, booleans, or lists and dicts of them")
+
+
+def _takes_arguments(function: Callable[..., Any]) -> bool:
+    try:
+        return bool(inspect.signature(function).parameters)
+    except (TypeError, ValueError):   # builtins without a signature
+        return True
+
+
+def format_error(exc: BaseException, skip_frames: int = 0) -> str:
+    """``"{ExcType}: {msg}\\n{traceback tail}"``: the message first, then where it came from."""
+    tb = exc.__traceback__
+    for _ in range(skip_frames):
+        if tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    if len(text) > TRACEBACK_TAIL_CHARS:
+        text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
+    return f"{type(exc).__name__}: {exc}\n{text}"
+
+
+class FunctionRunner:
+    """One attempt of one trial: the user's function in a thread, its results buffered."""
+
+    def __init__(self, function: Callable[..., Any] | str, *, trial_key: str,
+                 config: Mapping[str, Any], attempt: int = 0, start_iteration: int = 0,
+                 start_seq: int = 0, checkpoint: str | None = None,
+                 storage: str | None = None, keep_last: int = 2, keep_best: int = 0,
+                 metric: str | None = None, mode: str = "min", log_lines: int = 1000):
+        self.function = function
+        self.trial_key = trial_key
+        self.config = dict(config)
+        self.attempt = attempt
+        self.start_iteration = start_iteration
+        self.start_seq = start_seq
+        self.launch_checkpoint = checkpoint
+        self.output = LineBuffer(log_lines)
+        self._store_args = (storage, dict(keep_last=keep_last, keep_best=keep_best,
+                                          metric=metric, mode=mode))
+        self._store: CheckpointStore | None = None
+        self._restored: str | None = None
+        self._results: list[dict] = []
+        self._iteration = start_iteration
+        self._latest_checkpoint = checkpoint
+        self._state = RUNNING
+        self._error = ""
+        self._stop_requested = False
+        self._pause_requested = False
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"trial:{self.trial_key}",
+                                        daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the function to end; True if it did."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def request_stop(self, at_checkpoint: bool = False) -> None:
+        """Make the function's next report end it.
+
+        With ``at_checkpoint`` (a pause), only a report that carries a checkpoint
+        ends it, after that checkpoint is persisted; ``get_context().should_checkpoint``
+        tells the function to produce one.
+        """
+        with self._changed:
+            if at_checkpoint and not self._stop_requested:
+                self._pause_requested = True
+            else:
+                self._stop_requested = True
+                self._pause_requested = False
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def error(self) -> str:
+        return self._error
+
+    @property
+    def last_seq(self) -> int:
+        return self.start_seq + len(self._results)
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        return self._latest_checkpoint
+
+    def _run(self) -> None:
+        api.bind(self)
+        outcome, error = COMPLETED, ""
+        try:
+            function = self.function
+            if isinstance(function, str):
+                function = resolve_entrypoint(function)
+            if _takes_arguments(function):
+                function(self.config)
+            else:
+                function()
+        except api.TrialStopped:
+            outcome = STOPPED
+        except BaseException as exc:  # noqa: BLE001 - the trial fails, the worker lives on
+            outcome, error = FAILED, format_error(exc, skip_frames=1)
+        finally:
+            api.unbind(self)
+            if self._restored is not None:
+                shutil.rmtree(os.path.dirname(self._restored), ignore_errors=True)
+        with self._changed:
+            self._state, self._error = outcome, error
+            self.ended_at = time.time()
+            self._changed.notify_all()
+
+    # ---------------------------------------------------------------- session (api.py)
+
+    def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None) -> None:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"kubetune.report() takes a dict of metrics, got {type(metrics).__name__}")
+        clean = {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+        iteration = self._iteration + 1
+        location = None
+        if checkpoint is not None:
+            location = self._checkpoint_store().persist(checkpoint, iteration, clean)
+        result = {"seq": self.last_seq + 1, "iteration": iteration, "timestamp": time.time(),
+                  "metrics": clean, "checkpoint": location}
+        with self._changed:
+            self._iteration = iteration
+            if location is not None:
+                self._latest_checkpoint = location
+            self._results.append(result)
+            self._changed.notify_all()
+            stop = self._stop_requested or (self._pause_requested and location is not None)
+        if stop:
+            raise api.TrialStopped()
+
+    def get_config(self) -> dict:
+        return dict(self.config)
+
+    def get_checkpoint(self) -> str | None:
+        if self.launch_checkpoint is None:
+            return None
+        if self._restored is None:
+            self._restored = materialize(self.launch_checkpoint)
+        return self._restored
+
+    def get_context(self) -> api.TrialContext:
+        return api.TrialContext(trial_key=self.trial_key, attempt=self.attempt,
+                                iteration=self._iteration, start_iteration=self.start_iteration,
+                                should_checkpoint=self._pause_requested,
+                                should_stop=self._stop_requested)
+
+    def _checkpoint_store(self) -> CheckpointStore:
+        if self._store is None:
+            storage, options = self._store_args
+            self._store = CheckpointStore(storage or "", self.trial_key, **options)
+        return self._store
+
+    # ---------------------------------------------------------------- operator side
+
+    def fetch(self, after_seq: int, limit: int = 1000, wait_s: float = 0.0) -> dict:
+        """Results with seq > ``after_seq`` (at most ``limit``) and the state.
+
+        The state is terminal only once this batch holds the last result, so the
+        error of a failed function always arrives after everything it reported.
+        With ``wait_s`` > 0, waits that long for something new first.
+        """
+        with self._changed:
+            if wait_s > 0 and self.last_seq <= after_seq and self._state == RUNNING:
+                self._changed.wait_for(
+                    lambda: self.last_seq > after_seq or self._state != RUNNING, wait_s)
+            start = max(after_seq - self.start_seq, 0)
+            batch = self._results[start:start + limit]
+            more = start + len(batch) < len(self._results)
+            state = RUNNING if more else self._state
+            return {"trial_key": self.trial_key, "attempt": self.attempt, "results": batch,
+                    "state": state, "error": self._error if state == FAILED else "",
+                    "last_seq": self.last_seq, "iteration": self._iteration,
+                    "checkpoint": self._latest_checkpoint}

@@ -1,0 +1,158 @@
+"""The body of a trial worker: hosts one trial at a time in a long-lived process.
+
+``executors/ray.py`` turns this class into a named, detached, threaded Ray actor;
+nothing here imports Ray, so it is tested in-process.  One process may host many
+trials in turn (actor reuse): a finished trial's results stay until the executor
+``release``s it or assigns the next trial, so an operator that restarts between the
+two can still fetch them.
+
+A host nobody talks to ends itself (``on_idle``): after ``idle_timeout_s`` with no
+trial, or ``orphan_timeout_s`` holding a finished trial nobody fetched (its
+operator is gone for good).  A running trial is never ended this way.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from kubetune.trainable import api, output
+from kubetune.trainable.function_runner import RUNNING, FunctionRunner
+
+UNKNOWN = "unknown"   # this host does not hold the trial asked about
+
+
+class TrialHost:
+    def __init__(self, name: str, pool_key: str = "", *, info: dict | None = None,
+                 idle_timeout_s: float = 60.0, orphan_timeout_s: float = 600.0,
+                 capture_output: bool = True, on_idle: Callable[[], None] | None = None):
+        self.name = name
+        self.pool_key = pool_key
+        self._info = dict(info or {})
+        self._runner: FunctionRunner | None = None
+        self._released = True
+        self._lock = threading.Lock()
+        self._last_call = time.monotonic()
+        self._hosted = 0
+        if capture_output:
+            # A worker process of its own: prints of any thread belong to its trial.
+            api.share_session_with_all_threads()
+            output.install(self._current_output)
+        if on_idle is not None:
+            self._idle_timeout_s = idle_timeout_s
+            self._orphan_timeout_s = orphan_timeout_s
+            threading.Thread(target=self._watch_idle, args=(on_idle,), daemon=True,
+                             name="kubetune-idle-watch").start()
+
+    # ---------------------------------------------------------------- calls from the executor
+
+    def assign(self, launch: dict[str, Any]) -> dict:
+        """Start a trial (a LaunchRequest as a dict).  Idempotent for the same attempt."""
+        self._touch()
+        with self._lock:
+            current = self._runner
+            if (current is not None and current.trial_key == launch["trial_key"]
+                    and current.attempt == launch["attempt"]):
+                return self._describe_locked(attached=True)
+            if current is not None and current.state == RUNNING:
+                return self._describe_locked(refused=f"busy with {current.trial_key}")
+            runner = FunctionRunner(
+                launch["entrypoint"], trial_key=launch["trial_key"], config=launch["config"],
+                attempt=launch["attempt"], start_iteration=launch["start_iteration"],
+                start_seq=launch["start_seq"], checkpoint=launch["checkpoint"],
+                storage=launch["storage"], keep_last=launch["keep_last"],
+                keep_best=launch.get("keep_best", 0), metric=launch.get("metric"),
+                mode=launch.get("mode") or "min")
+            self._runner, self._released = runner, False
+            self._hosted += 1
+            runner.start()
+            return self._describe_locked()
+
+    def fetch(self, trial_key: str, after_seq: int, limit: int = 1000,
+              wait_s: float = 0.0) -> dict:
+        self._touch()
+        runner = self._runner_for(trial_key)
+        if runner is None:
+            return {"trial_key": trial_key, "state": UNKNOWN, "results": [], "error": ""}
+        batch = runner.fetch(after_seq, limit, wait_s)
+        self._touch()
+        return batch
+
+    def stop(self, trial_key: str, timeout_s: float = 5.0, after_seq: int | None = None,
+             at_checkpoint: bool = False) -> dict:
+        """Ask the trial to stop (or pause at its next checkpoint) and wait for it.
+
+        Returns the final batch (results after ``after_seq`` when given) plus
+        ``ended``: False if the function did not reach a report in time, in which
+        case the caller must kill this process to end it.
+        """
+        self._touch()
+        runner = self._runner_for(trial_key)
+        if runner is None:
+            return {"trial_key": trial_key, "state": UNKNOWN, "results": [], "error": "",
+                    "ended": True}
+        runner.request_stop(at_checkpoint=at_checkpoint)
+        ended = runner.join(timeout_s)
+        batch = runner.fetch(after_seq if after_seq is not None else runner.last_seq)
+        batch["ended"] = ended
+        if ended:
+            self.release(trial_key)
+        return batch
+
+    def release(self, trial_key: str) -> None:
+        """Forget a finished trial: this host is free for the next one."""
+        self._touch()
+        with self._lock:
+            runner = self._runner
+            if runner is not None and runner.trial_key == trial_key and runner.state != RUNNING:
+                self._released = True
+
+    def describe(self) -> dict:
+        self._touch()
+        with self._lock:
+            return self._describe_locked()
+
+    def logs(self, trial_key: str, lines: int = 200) -> str | None:
+        self._touch()
+        runner = self._runner_for(trial_key)
+        return None if runner is None else runner.output.tail(lines)
+
+    # ---------------------------------------------------------------- internals
+
+    def _runner_for(self, trial_key: str) -> FunctionRunner | None:
+        runner = self._runner
+        return runner if runner is not None and runner.trial_key == trial_key else None
+
+    def _describe_locked(self, attached: bool = False, refused: str = "") -> dict:
+        runner = self._runner
+        held = runner is not None and not self._released
+        return {**self._info, "name": self.name, "pool_key": self.pool_key, "pid": os.getpid(),
+                "trial_key": runner.trial_key if held else None,
+                "attempt": runner.attempt if held else None,
+                "state": runner.state if held else None,
+                "last_seq": runner.last_seq if held else None,
+                "hosted": self._hosted, "attached": attached, "refused": refused}
+
+    def _current_output(self):
+        runner = self._runner
+        return runner.output if runner is not None else None
+
+    def _touch(self) -> None:
+        self._last_call = time.monotonic()
+
+    def _watch_idle(self, on_idle: Callable[[], None]) -> None:
+        tick = threading.Event()
+        while not tick.wait(min(1.0, self._idle_timeout_s / 4)):
+            with self._lock:
+                runner = self._runner
+                if runner is not None and runner.state == RUNNING:
+                    continue
+                holding = runner is not None and not self._released
+                limit = self._orphan_timeout_s if holding else self._idle_timeout_s
+                idle_for = time.monotonic() - self._last_call
+                if runner is not None and runner.ended_at is not None:
+                    idle_for = min(idle_for, time.time() - runner.ended_at)
+                if idle_for > limit:
+                    on_idle()
+                    return

@@ -1,0 +1,90 @@
+"""A real Kubernetes API for the integration tests.
+
+``kube_cluster`` (session): etcd + kube-apiserver + kube-controller-manager started by
+``kubetune.devcluster.ControlPlane`` in a temporary directory (the binaries are built
+on first use and cached), with kubetune's CRDs installed.  With
+``KUBETUNE_TEST_KUBECONFIG=<path>`` the tests use that cluster instead (e.g. kind with
+KubeRay); the CRDs are installed into it.
+
+``namespace`` (function): a fresh namespace, deleted after the test.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from kubetune.devcluster import ControlPlane, ensure_binaries, install_crds
+
+__all__ = ["KubeCluster", "kube_cluster", "namespace", "wait_for"]
+
+
+@dataclass
+class KubeCluster:
+    kubeconfig: Path
+    plane: ControlPlane | None = None  # None: an existing cluster (KUBETUNE_TEST_KUBECONFIG)
+
+    def api_client(self):
+        """A new, ready ``kubernetes.client.ApiClient`` (close it, or use it in ``with``)."""
+        from kubernetes import config
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.1,
+             message: str = "condition") -> object:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(request, tmp_path_factory):
+    existing = os.environ.get("KUBETUNE_TEST_KUBECONFIG")
+    if existing:
+        cluster = KubeCluster(Path(existing).expanduser())
+        with cluster.api_client() as api:
+            install_crds(api)
+        yield cluster
+        return
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    # a cold build takes minutes: show its progress instead of a silent pause
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        ensure_binaries(["etcd", "kube-apiserver", "kube-controller-manager"], log=log)
+
+    # die_with_parent: even a SIGKILLed test run leaves no control plane behind
+    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"), die_with_parent=True, log=log)
+    try:
+        plane.start()
+        yield KubeCluster(plane.kubeconfig, plane)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def namespace(kube_cluster):
+    from kubernetes import client
+
+    with kube_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        created = core.create_namespace({"metadata": {"generateName": "kt-test-"}})
+        name = created.metadata.name
+        try:
+            yield name
+        finally:
+            # the namespace controller finishes the deletion in the background
+            core.delete_namespace(name)

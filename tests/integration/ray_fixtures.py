@@ -1,0 +1,102 @@
+"""Real Ray for integration tests: one local head for the whole session.
+
+The head runs in its own process (``ray start --head --block``) rather than inside
+pytest (``ray.init()``), so that a test can drop its connection (``ray.shutdown()``)
+and connect again, as a restarted operator does, without ending the cluster.
+Resources are logical (8 CPUs, 4 GPUs on a 2-core machine without GPUs); ports are
+picked free so that another Ray on this machine is left alone.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+__all__ = ["ray_local", "start_ray_head", "stop_ray_head"]
+
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def use_test_auth_token() -> str:
+    """Token authentication with a token of this test session, in this process's
+    environment so every Ray process and client the tests start (the operator
+    included) shares it: a token left in ~/.ray/auth_token by another Ray on this
+    machine must not decide whether the tests can connect."""
+    import secrets
+    token = os.environ.get("KUBETUNE_TEST_RAY_TOKEN") or secrets.token_hex(32)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, KUBETUNE_TEST_RAY_TOKEN=token)
+    return token
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ray_head(num_cpus: int = 8, num_gpus: int = 4,
+                   timeout_s: float = 60.0) -> tuple[subprocess.Popen, str, Path]:
+    """Start a Ray head in a new process group; returns (process, address, temp dir)."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = _free_port()
+    # A short path: Ray's unix sockets live under it and have a 107-byte limit.
+    temp_dir = Path(tempfile.mkdtemp(prefix="kt-ray-", dir="/tmp"))
+    use_test_auth_token()
+    env = {**os.environ, **RAY_ENV}
+    log = open(temp_dir / "head.log", "w")
+    process = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=false",
+         "--object-store-memory=80000000", f"--ray-client-server-port={_free_port()}",
+         f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-port={_free_port()}",
+         f"--temp-dir={temp_dir}"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ray start exited with {process.returncode}: "
+                               + (temp_dir / "head.log").read_text()[-3000:])
+        if "This command will now block" in (temp_dir / "head.log").read_text():
+            return process, address, temp_dir
+        time.sleep(0.1)
+    stop_ray_head(process)
+    raise RuntimeError("the Ray head did not come up in time: "
+                       + (temp_dir / "head.log").read_text()[-3000:])
+
+
+def stop_ray_head(process: subprocess.Popen) -> None:
+    """End the head we started (its whole process group: raylet, GCS, workers)."""
+    if process.poll() is None:
+        process.terminate()            # `ray start --block` ends its children on SIGTERM
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)   # whatever of our group is left
+    except ProcessLookupError:
+        pass
+    process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """The address (``host:port``) of a running local Ray head, shared by the session."""
+    process, address, temp_dir = start_ray_head()
+    try:
+        yield address
+    finally:
+        import ray
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_ray_head(process)
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,0 +1,61 @@
+"""Builders shared by the unit tests (imported by name: pytest puts tests/unit on sys.path)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.core.runner import TrialRunner
+from kubetune.core.types import TrialRecord
+from kubetune.spec import ExperimentSpec, parse_experiment
+
+BASE = {
+    "objective": {"metric": "loss", "mode": "min"},
+    "searchSpace": {"x": {"uniform": [0, 1]}},
+    "search": {"seed": 1},
+    "trial": {"entrypoint": "pkg.mod:train"},
+}
+
+
+def merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "searchSpace":
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def make_spec(**sections: Any) -> ExperimentSpec:
+    return parse_experiment(merge(BASE, sections))
+
+
+def make_runner(spec: ExperimentSpec, ledger: ResourceLedger | None = None, name: str = "exp", **kw) -> TrialRunner:
+    return TrialRunner(spec, experiment=name, start_time=0.0, ledger=ledger, **kw)
+
+
+def cpu_ledger(cpus: float, nodes: int = 1, node_types: list[Resources] | None = None) -> ResourceLedger:
+    ledger = ResourceLedger()
+    per_node = Resources(cpu=cpus / nodes)
+    ledger.set_capacity(Resources(cpu=cpus), [per_node] * nodes, node_types)
+    return ledger
+
+
+def quadratic(params, iteration) -> float:
+    """A learning curve: converges to (x - 0.3)^2, faster early."""
+    return (params["x"] - 0.3) ** 2 + 1.0 / iteration
+
+
+def records_of(runner: TrialRunner) -> list[TrialRecord]:
+    """What the controller would persist on the Trial resources right now."""
+    return [TrialRecord(name=t.name, index=t.index, params=dict(t.params), phase=t.phase,
+                        history=tuple(t.history), checkpoint=t.checkpoint, failures=t.failures,
+                        reason=t.reason, message=t.message, parent=t.parent, attempt=t.attempt,
+                        iteration=t.iteration, last_result_seq=t.last_seq,
+                        checkpoint_iteration=t.checkpoint_iteration, lineage=tuple(t.lineage))
+            for t in runner.trials.values()]
+
+
+def of_type(decisions, cls) -> list:
+    return [d for d in decisions if isinstance(d, cls)]
