@@ -36,6 +36,10 @@ def use_test_auth_token() -> str:
     return token
 
 
+# At import, before any test module imports ray: Ray caches the token on first use.
+use_test_auth_token()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
