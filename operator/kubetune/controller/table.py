@@ -42,10 +42,22 @@ def render(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header)] + [line(r) for r in rows])
 
 
+def live_trials(controller: Any, store: Any) -> Mapping[str, Mapping[str, Any]]:
+    """Trials as the runner sees them now (the store's copy lags by the write coalescing)."""
+    if controller.runner is None:
+        return store.trials
+    return {name: {"metadata": {"name": name}, "spec": {"index": t.index, "parameters": t.params},
+                   "status": {"phase": t.phase.value, "iteration": t.iteration, "bestMetric": t.best_value}
+                   if t.best_value is not None else {"phase": t.phase.value, "iteration": t.iteration}}
+            for name, t in controller.runner.trials.items()}
+
+
 def draw(stream: IO[str], controller: Any, store: Any, *, final: bool = False) -> None:
     status = store.experiment_status
     mode = controller.spec.objective.mode if controller.spec else "min"
-    rows, hidden = trial_rows(store.trials, mode=mode)
+    rows, hidden = trial_rows(live_trials(controller, store), mode=mode)
+    if stream.isatty() and not final:
+        stream.write("\x1b[2J\x1b[H")   # redraw in place on a terminal; a log gets every frame
     stream.write(f"\n{controller.name}: {status.get('phase', 'Pending')}  {status.get('progress', '')}  "
                  f"{status.get('message', '')}\n")
     if status.get("queueReason"):

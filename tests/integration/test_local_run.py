@@ -1,0 +1,46 @@
+"""`kubetune run FILE`: the same Experiment file with no Kubernetes, on embedded Ray."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quickstart_runs_without_a_cluster(tmp_path):
+    manifest = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    manifest["spec"]["trial"]["config"]["delay"] = 0.01     # same run, less waiting
+    path = tmp_path / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    env_overrides = {"KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "RAY_USAGE_STATS_ENABLED": "0"}
+    completed = subprocess.run([sys.executable, "-m", "kubetune", "run", str(path), "--output", "json"],
+                               capture_output=True, text=True, timeout=300, env={**os.environ, **env_overrides})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    summary = json.loads(completed.stdout)
+    assert summary["status"]["phase"] == "Succeeded"
+    trials = summary["trials"]
+    assert [t["name"] for t in trials] == [f"quickstart-{i}" for i in range(8)]
+    assert all(t["phase"] == "Succeeded" and t["iteration"] == 5 for t in trials)
+    best = min(trials, key=lambda t: t["bestMetric"])
+    assert summary["status"]["bestTrial"]["name"] == best["name"]
+    assert summary["status"]["bestTrial"]["metric"] == pytest.approx(best["bestMetric"])
+
+
+def test_an_invalid_file_names_the_field(tmp_path):
+    manifest = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    manifest["spec"]["searchSpace"]["x"] = {"loguniform": [0, 1]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    completed = subprocess.run([sys.executable, "-m", "kubetune", "run", str(path), "--output", "json"],
+                               capture_output=True, text=True, timeout=120, env=os.environ)
+    assert completed.returncode != 0
+    summary = json.loads(completed.stdout)
+    assert summary["status"]["phase"] == "Failed"
+    assert "spec.searchSpace.x" in summary["status"]["message"]
