@@ -23,7 +23,7 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
-def test_twenty_gpu_trials_with_parallelism_four(operator, experiments_api, namespace):
+def test_twenty_gpu_trials_with_parallelism_four(operator, experiments_api, namespace, kube_cluster):
     body = experiment("bowl", budget={"maxTrials": 20, "parallelism": 4},
                       trial={"resources": {"cpu": 0.1, "gpu": 1}, "config": {"iterations": 4, "delay": 0.05}})
     create(experiments_api, namespace, body)
@@ -47,6 +47,15 @@ def test_twenty_gpu_trials_with_parallelism_four(operator, experiments_api, name
     assert done["status"]["trialCounts"]["succeeded"] == 20
     assert done["status"]["progress"] == "20/20"
     assert condition(done, "Succeeded")["reason"] == "MaxTrialsReached"
+
+    def event_reasons():
+        import kubernetes
+        with kube_cluster.api_client() as client:
+            events = kubernetes.client.CoreV1Api(client).list_namespaced_event(
+                namespace, field_selector="involvedObject.name=bowl").items
+        return {event.reason for event in events}
+    wait_for(lambda: {"TrialLaunched", "MaxTrialsReached"} <= event_reasons(), timeout=30,
+             message="Events on the Experiment for launches and completion")
 
     intervals = [(parse_rfc3339(t["status"]["startTime"]), parse_rfc3339(t["status"]["completionTime"]))
                  for t in items]
