@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench clean-venv
+.PHONY: demo test unit integration bench e2e clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ integration: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m kubetune.bench
+
+# kind + KubeRay + charts/kubetune + examples/kuberay; skipped (exit 0, with the
+# reason) where no Docker engine runs; E2E_REQUIRED=1 turns the skip into a failure
+e2e: $(STAMP)
+	$(BIN)/python tests/e2e/kind_e2e.py
 
 clean-venv:
 	rm -rf $(VENV)

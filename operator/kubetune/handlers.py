@@ -6,12 +6,15 @@ import os
 
 import kopf
 
+from kubetune import metrics
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import OperatorState
+from kubetune.controller.pod_cluster import PodSupport
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, load_config
 from kubetune.k8s.store import KubeStore
 
 STATE: OperatorState | None = None
+PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint + pod executor)
 
 
 def _executor_factory(address: str):
@@ -27,7 +30,7 @@ def _event_poster(body):
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global STATE
+    global STATE, PODS
     load_config()
     settings.persistence.finalizer = "kubetune.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
@@ -35,17 +38,29 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         prefix="kubetune.dev", key="last-handled-configuration")
     settings.posting.level = logging.WARNING   # our own Events only; kopf's info logs stay in the log
     settings.watching.server_timeout = 300
-    registry = ClusterRegistry(os.environ.get("KUBETUNE_RAY_ADDRESS", "local"), _executor_factory)
+    # kopf would watch every CRD (and, namespaced, every Namespace) to notice resources
+    # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
+    # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
+    settings.scanning.disabled = True
+    PODS = PodSupport(port=int(os.environ.get("KUBETUNE_INGEST_PORT") or 8081),
+                      url=os.environ.get("KUBETUNE_INGEST_ADVERTISE_URL", ""))
+    registry = ClusterRegistry(os.environ.get("KUBETUNE_RAY_ADDRESS", "local"), _executor_factory,
+                               pod_cluster=await PODS.start())
     STATE = OperatorState(
         registry,
         store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body)),
         checkpoint_storage=os.environ.get("KUBETUNE_CHECKPOINT_STORAGE", ""))
+    metrics.watch_state(lambda: STATE)
 
 
 @kopf.daemon(GROUP, VERSION, EXPERIMENTS, cancellation_timeout=30.0)
 async def run_experiment(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **_) -> None:
     controller = STATE.controller_for(namespace, name, body)
-    await controller.run(stopped.is_set)
+    try:
+        await controller.run(stopped.is_set)
+    except Exception as error:   # kopf logs it and restarts the daemon; count it
+        metrics.reconcile_error(type(error).__name__)
+        raise
 
 
 @kopf.on.update(GROUP, VERSION, EXPERIMENTS, field="spec")
@@ -56,3 +71,9 @@ async def spec_changed(namespace: str, name: str, **_) -> None:
 @kopf.on.delete(GROUP, VERSION, EXPERIMENTS)
 async def experiment_deleted(namespace: str, name: str, **_) -> None:
     await STATE.delete(namespace, name)
+
+
+@kopf.on.cleanup()
+async def stop_ingest(**_) -> None:
+    if PODS is not None:
+        await PODS.stop()

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -39,7 +39,9 @@ def load_experiment(path: str) -> dict[str, Any]:
 
 
 async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_storage: str,
-                         show: bool) -> tuple[ExperimentController, MemoryStore]:
+                         show: bool, on_cycle: Callable[[ExperimentController], None] | None = None,
+                         ) -> tuple[ExperimentController, MemoryStore]:
+    """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle."""
     from kubetune.executors.ray import RayExecutor
 
     events: list[str] = []
@@ -49,6 +51,8 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
     last_drawn = [0.0]
 
     def draw(controller: ExperimentController) -> None:
+        if on_cycle is not None:
+            on_cycle(controller)
         now = time.monotonic()
         if show and now - last_drawn[0] >= 1.0:
             last_drawn[0] = now

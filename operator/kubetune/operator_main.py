@@ -17,6 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default checkpoint storage when an Experiment names none")
     parser.add_argument("--log-level", default=os.environ.get("KUBETUNE_LOG_LEVEL", "INFO"))
     parser.add_argument("--liveness", default="", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("KUBETUNE_METRICS_PORT") or 0),
+                        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off)")
+    parser.add_argument("--ingest-port", type=int, default=int(os.environ.get("KUBETUNE_INGEST_PORT") or 8081),
+                        help="port of the endpoint trial pods (executor: pod) post their results to")
+    parser.add_argument("--ingest-url", default=os.environ.get("KUBETUNE_INGEST_ADVERTISE_URL", ""),
+                        help="URL trial pods reach that endpoint at (default: the kubetune-ingest Service "
+                             "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -26,9 +33,23 @@ def main(args: argparse.Namespace) -> int:
     os.environ["KUBETUNE_RAY_ADDRESS"] = args.ray_address
     if args.checkpoint_storage:
         os.environ["KUBETUNE_CHECKPOINT_STORAGE"] = args.checkpoint_storage
+    os.environ["KUBETUNE_INGEST_PORT"] = str(args.ingest_port)
+    if args.ingest_url:
+        os.environ["KUBETUNE_INGEST_ADVERTISE_URL"] = args.ingest_url
     import kubetune.handlers  # noqa: F401  (registers the handlers)
 
-    asyncio.run(kopf.operator(
-        clusterwide=not args.namespace, namespaces=args.namespace or None,
-        liveness_endpoint=args.liveness or None, standalone=True))
+    async def run() -> None:
+        server = None
+        if args.metrics_port:
+            from kubetune import metrics
+            server = await metrics.serve(args.metrics_port)
+        try:
+            await kopf.operator(
+                clusterwide=not args.namespace, namespaces=args.namespace or None,
+                liveness_endpoint=args.liveness or None, standalone=True)
+        finally:
+            if server is not None:
+                await server.cleanup()
+
+    asyncio.run(run())
     return 0

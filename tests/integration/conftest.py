@@ -2,4 +2,6 @@
 (ray_fixtures) and the operator process (operator_fixtures)."""
 from kube_fixtures import *  # noqa: F401,F403  (pytest discovers fixtures by name)
 from operator_fixtures import *  # noqa: F401,F403
+from pod_fixtures import *  # noqa: F401,F403
 from ray_fixtures import *  # noqa: F401,F403
+from recovery_fixtures import *  # noqa: F401,F403

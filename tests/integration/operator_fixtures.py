@@ -14,8 +14,10 @@ __all__ = ["OperatorProcess", "operator", "experiments_api"]
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, ray_address: str, workdir: Path, namespace: str) -> None:
+    def __init__(self, kubeconfig: Path, ray_address: str, workdir: Path, namespace: str,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
+        self.extra_args = extra_args
         self.ray_address = ray_address
         self.workdir = workdir
         self.namespace = namespace
@@ -31,7 +33,8 @@ class OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kubetune", "operator", "--namespace", self.namespace,
-             "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints")],
+             "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
+             *self.extra_args],
             env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
         return self
 

@@ -46,11 +46,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ray_head(num_cpus: int = 8, num_gpus: int = 4,
-                   timeout_s: float = 60.0) -> tuple[subprocess.Popen, str, Path]:
-    """Start a Ray head in a new process group; returns (process, address, temp dir)."""
+def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 60.0,
+                   port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
+    """Start a Ray head in a new process group; returns (process, address, temp dir).
+    ``port``: the GCS port (default: a free one), e.g. to restart a head at its address."""
     ray_bin = Path(sys.executable).with_name("ray")
-    port = _free_port()
+    port = port or _free_port()
     # A short path: Ray's unix sockets live under it and have a 107-byte limit.
     temp_dir = Path(tempfile.mkdtemp(prefix="kt-ray-", dir="/tmp"))
     use_test_auth_token()

@@ -111,7 +111,8 @@ def test_asha_trial_that_errors_mid_rung_retries_and_is_still_judged_once_per_ru
     assert retried.attempt == 1 and retried.failures == 1
     relaunch = [d for d in of_type(sim.log, LaunchTrial) if d.name == retried.name][1]
     assert (relaunch.start_iteration, relaunch.checkpoint) == (2, f"sim://{retried.name}/2")
-    assert [h["iteration"] for h in retried.history][:5] == [1, 2, 3, 3, 4]
+    # The history keeps one entry per iteration: the retry's 3 replaces the lost run's 3.
+    assert [h["iteration"] for h in retried.history][:5] == [1, 2, 3, 4, 5]
     # Each trial is recorded once at each rung it reached, re-reported iterations included.
     milestones = [1, 3, 9, 27]
     for rung, milestone in enumerate(milestones):

@@ -47,7 +47,7 @@ def test_minimal_spec_gets_contract_defaults():
 
 def test_pod_executor_needs_no_entrypoint():
     spec = parse_experiment({"objective": {"metric": "m", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
-                             "executor": "pod"})
+                             "executor": "pod", "trial": {"template": {"spec": {"containers": [{"name": "t"}]}}}})
     assert spec.trial.entrypoint is None
 
 

@@ -103,10 +103,12 @@ class ClusterHandle:
 class ClusterRegistry:
     """Operator-wide: the one ClusterHandle per Ray address."""
 
-    def __init__(self, default_address: str, executor_factory: Callable[[str], Any]) -> None:
+    def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
+                 pod_cluster: Any = None) -> None:
         self.default_address = default_address
         self._executor_factory = executor_factory
         self._handles: dict[str, ClusterHandle] = {}
+        self.pod_cluster = pod_cluster    # controller.pod_cluster.PodClusterHandle; None: not offered
 
     def resolve(self, requested: str | None) -> str:
         return requested or self.default_address
@@ -121,5 +123,12 @@ class ClusterRegistry:
             self._handles[address] = ClusterHandle(address, self._executor_factory)
         return self._handles[address]
 
+    def pods(self) -> Any:
+        """The handle for ``spec.executor: pod`` (trials as Kubernetes pods)."""
+        if self.pod_cluster is None:
+            raise RayUnavailable("executor: pod needs the operator (`kubetune operator`), which runs "
+                                 "trials as pods and receives their results; `kubetune run` runs Ray trials only")
+        return self.pod_cluster
+
     def handles(self) -> list[ClusterHandle]:
-        return list(self._handles.values())
+        return list(self._handles.values()) + ([self.pod_cluster] if self.pod_cluster is not None else [])

@@ -21,6 +21,13 @@ class WriteCoalescer:
         else:
             self._wanted[key] = status
 
+    def can_wait(self, key: str, phase: Any, now: float) -> bool:
+        """True if a new status of ``key`` in ``phase`` would not be due yet: the caller
+        may put off building it."""
+        written = self._written.get(key)
+        return (written is not None and written.get("phase") == phase
+                and now - self._written_at.get(key, float("-inf")) < self.interval)
+
     def forget(self, key: str) -> None:
         for table in (self._written, self._written_at, self._wanted):
             table.pop(key, None)

@@ -11,10 +11,13 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
+from kubetune import metrics
 from kubetune.controller import render
 from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
 from kubetune.controller.coalesce import WriteCoalescer
+from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.conditions import parse_rfc3339, set_condition
+from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
 from kubetune.core.runner import TrialRunner
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
@@ -27,6 +30,10 @@ log = logging.getLogger(__name__)
 TRIAL_METRICS_WRITE_INTERVAL = 2.0      # seconds between metric-only writes of one Trial
 EXPERIMENT_WRITE_INTERVAL = 1.0         # seconds between summary writes of the Experiment
 IDLE_POLL_SECONDS = 0.25                # longest pause between polls of running trials
+# A poll waits this long for the first trial with news and leaves the other fetches in
+# flight for the next one: a slow actor no longer holds up the cycle, and an actor is
+# called about once per batch of results instead of once per cycle (issue 7 benchmarks)
+POLL_WAIT_SECONDS = 0.05
 
 
 class ExperimentController:
@@ -52,6 +59,9 @@ class ExperimentController:
         self._spec_problem: tuple[str, str] | None = None   # (reason, message) shown as a condition
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._platform_queue = PlatformQueue()   # launched pods the kube-scheduler cannot place yet
+        self._checkpoints_to_delete: set[str] = set()   # ended trials (checkpoint.deleteOnCompletion)
+        self._orphans_checked = False   # actors of trials that ended while no operator watched
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -83,6 +93,11 @@ class ExperimentController:
                 for name in list(self.runner.active_trials()):
                     self.cluster.ledger.release(self._trial_key(name))
 
+    @property
+    def written_status(self) -> Mapping[str, Any]:
+        """The Experiment status as last written (or restored); read by kubetune.metrics."""
+        return self._experiment_written
+
     def _has_active(self) -> bool:
         return self.runner is not None and bool(self.runner.active_trials())
 
@@ -103,15 +118,24 @@ class ExperimentController:
         now = self._clock()
         busy = False
         try:
+            if not self._orphans_checked:
+                await self._stop_orphans()
             await self.cluster.refresh_capacity()
             busy |= await self._apply(self.runner.step(now))
-            busy |= await self._poll_running()
+            if await self._poll_running():
+                busy = True
+                # fill the slots of trials that just ended now, not one cycle later
+                await self._apply(self.runner.step(self._clock()))
         except RayUnavailable as error:
+            metrics.reconcile_error("RayUnavailable")
             self.cluster.mark_unavailable(error)
         except Exception as error:  # a Ray call failing mid-cycle: reconnect, keep the trials
             if not self._is_connection_error(error):
                 raise
+            metrics.reconcile_error("RayUnavailable")
             self.cluster.mark_unavailable(error)
+        if self._checkpoints_to_delete:
+            await self._delete_checkpoints()
         await self.flush()
         if self._on_cycle is not None:
             self._on_cycle(self)
@@ -133,10 +157,11 @@ class ExperimentController:
         if self.runner is None:
             address = self.registry.resolve(spec.ray.address)
             try:
-                self.cluster = self.registry.get(address)
+                self.cluster = self.registry.pods() if spec.executor == "pod" else self.registry.get(address)
             except RayUnavailable as error:
                 self._generation = generation
-                await self._fail_invalid_spec(str(error), generation, reason="RayAddressUnsupported")
+                await self._fail_invalid_spec(str(error), generation, reason="RayAddressUnsupported"
+                                              if spec.executor == "ray" else "PodExecutorUnavailable")
                 return
             await self._restore(spec, body, now)
         else:
@@ -163,6 +188,9 @@ class ExperimentController:
         self.runner = runner
         for trial in trials:
             self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
+        if spec.checkpoint.delete_on_completion:   # idempotent: an earlier run may have done it
+            self._checkpoints_to_delete |= {name for name, trial in runner.trials.items()
+                                            if trial.phase.is_terminal and trial.checkpoint}
         self._experiment_written = dict(status)
         if trials:
             log.info("%s/%s: restored %d trials", self.namespace, self.name, len(trials))
@@ -193,7 +221,7 @@ class ExperimentController:
             elif isinstance(decision, StopTrial):
                 await self._stop(decision)
             elif isinstance(decision, PauseTrial):
-                await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name))
+                await self._pause(decision)
             elif isinstance(decision, FinishExperiment):
                 kind = "Normal" if decision.phase == "Succeeded" else "Warning"
                 await self.store.event(kind, decision.reason, decision.message)
@@ -225,8 +253,13 @@ class ExperimentController:
             keep_best=spec.checkpoint.keep_best,
             metric=spec.objective.metric,
             mode=spec.objective.mode,
+            pod_template=spec.trial.template,
         )
         now = self._clock()
+        if decision.attempt > 0:
+            # The new attempt, its start and the history cut back to its checkpoint are on
+            # the Trial before it runs: a restarted operator resumes this attempt, not the last.
+            await self._persist_trial(decision.name)
         try:
             await asyncio.to_thread(self.cluster.executor.start, request)
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours
@@ -244,8 +277,63 @@ class ExperimentController:
             await self.store.event("Normal", "TrialRelaunched",
                                    f"{decision.name} relaunched (attempt {decision.attempt}) from {decision.checkpoint or 'scratch'}")
 
+    async def _persist_trial(self, name: str) -> None:
+        """Write a trial's status now, ahead of the side effect that follows (record intent
+        first): an operator killed in between restarts from what it was about to do."""
+        trial = self.runner.trials.get(name)
+        if trial is None:
+            return
+        status = self._platform_queue.trial_status(name, render.trial_status(trial))
+        await self.store.patch_trial_status(name, status)
+        self._trial_writes.written(name, status, self._clock())
+
+    async def _pause(self, decision: PauseTrial) -> None:
+        await self._persist_trial(decision.name)
+        trial = self.runner.trials[decision.name]
+        update = await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name),
+                                         after_seq=trial.last_seq)
+        if update is not None and update.results:
+            # what it reported up to its pausing checkpoint: it resumes from there
+            self.runner.on_trial_paused(decision.name, update.results)
+            self._touched.add(decision.name)
+
+    async def _stop_orphans(self) -> None:
+        """After a restart: end the runs of trials that are over, paused or unknown (the
+        operator was killed between recording that and stopping them). Runs of active
+        trials are left alone: launching the trial attaches to its run."""
+        keys = await asyncio.to_thread(self.cluster.executor.list_trials, self._trial_key(""))
+        active = {name for name in self.runner.active_trials()
+                  if self.runner.trials[name].phase is not TrialPhase.PAUSED}
+        for key in keys:
+            if key.rsplit("/", 1)[1] not in active:
+                log.info("%s/%s: stopping %s, which ran on after its trial ended", self.namespace, self.name, key)
+                await asyncio.to_thread(self.cluster.executor.stop, key)
+        self._orphans_checked = True
+
+    async def _delete_checkpoints(self) -> None:
+        """checkpoint.deleteOnCompletion: remove the checkpoints of ended trials, except
+        those another trial is still to resume from (a PBT exploit)."""
+        storage = self.spec.checkpoint.storage or self._default_storage
+        if not storage:
+            self._checkpoints_to_delete.clear()
+            return
+        from kubetune.trainable.checkpoint import delete_trial_checkpoints
+        needed = {self.runner.trials[name].checkpoint for name in self.runner.active_trials()}
+        for name in sorted(self._checkpoints_to_delete):
+            key = self._trial_key(name)
+            if any(location and f"/{key}/" in location for location in needed):
+                continue
+            try:
+                await asyncio.to_thread(delete_trial_checkpoints, storage, key)
+            except Exception as error:  # noqa: BLE001 - storage trouble must not stop the experiment
+                log.warning("%s/%s: cannot delete the checkpoints of %s: %s", self.namespace, self.name, name, error)
+            self._checkpoints_to_delete.discard(name)
+
     async def _stop(self, decision: StopTrial) -> None:
+        await self._persist_trial(decision.name)
         await asyncio.to_thread(self.cluster.executor.stop, self._trial_key(decision.name))
+        if self.spec.checkpoint.delete_on_completion:
+            self._checkpoints_to_delete.add(decision.name)
         if decision.phase is TrialPhase.FAILED:
             await self.store.event("Warning", "TrialFailed", f"{decision.name}: {decision.reason}: {decision.message}"[:1000])
         elif decision.phase is TrialPhase.STOPPED:
@@ -258,14 +346,26 @@ class ExperimentController:
         if not running:
             return False
         cursors = {self._trial_key(name): self.runner.trials[name].last_seq for name in running}
-        updates = await asyncio.to_thread(self.cluster.executor.poll, cursors)
+        updates = await asyncio.to_thread(self.cluster.executor.poll, cursors, wait_s=POLL_WAIT_SECONDS)
         now = self._clock()
         busy = False
         for key, update in updates.items():
             name = key.rsplit("/", 1)[1]
+            trial = self.runner.trials[name]
+            if update.attempt is not None and update.attempt < trial.attempt:
+                # The actor still holds the attempt before: the operator recorded the retry and
+                # was killed before it started it. Start it now (the old run ends first).
+                busy = True
+                await self._launch(LaunchTrial(name, dict(trial.params), trial.checkpoint,
+                                               trial.checkpoint_iteration if trial.checkpoint else 0,
+                                               trial.attempt, trial.last_seq))
+                continue
+            if self._platform_queue.note(name, update.waiting_reason, update.waiting_message):
+                self._touched.add(name)
             if update.results:
                 busy = True
                 self._touched.add(name)
+                metrics.results_processed(len(update.results))
                 for result in update.results:
                     await self._apply(self.runner.on_trial_result(name, result, now))
             if update.state == "completed":
@@ -290,11 +390,19 @@ class ExperimentController:
         if self.runner is None:
             return
         now = self._clock()
+        waiting = set()
         for name in self._touched:
             trial = self.runner.trials.get(name)
-            if trial is not None:
-                self._trial_writes.want(name, render.trial_status(trial))
-        self._touched.clear()
+            if trial is None:
+                continue
+            # a change that keeps the phase is not written before the interval: render it
+            # then (a Trial's history grows with every result; rendering is O(history))
+            phase = self._platform_queue.trial_status(name, {"phase": trial.phase.value})["phase"]
+            if not force and self._trial_writes.can_wait(name, phase, now):
+                waiting.add(name)
+                continue
+            self._trial_writes.want(name, self._platform_queue.trial_status(name, render.trial_status(trial)))
+        self._touched = waiting
         for name, status in self._trial_writes.due(now, force=force):
             await self.store.patch_trial_status(name, status)
             self._trial_writes.written(name, status, now)
@@ -312,7 +420,7 @@ class ExperimentController:
             extra.append(("SpecRejected", True, *self._spec_problem))
         elif any(c.get("type") == "SpecRejected" for c in self._experiment_written.get("conditions") or []):
             extra.append(("SpecRejected", False, "SpecAccepted", ""))
-        summary = self.runner.summary(now)
+        summary = self._platform_queue.summary(self.runner.summary(now), self.runner.trials)
         status = render.experiment_status(
             summary, total=self.spec.budget.max_trials, previous=self._experiment_written,
             generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra)
@@ -322,6 +430,8 @@ class ExperimentController:
         if not (force or phase_changed or now - self._experiment_written_at >= EXPERIMENT_WRITE_INTERVAL):
             return
         await self.store.patch_experiment_status(status)
+        for kind, reason, message in status_events(self._experiment_written, status):
+            await self.store.event(kind, reason, message)
         self._experiment_written = status
         self._experiment_written_at = now
 

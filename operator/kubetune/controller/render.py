@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from kubetune.controller.conditions import rfc3339, set_condition
+from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
 
 TRIAL_COUNT_KEYS = ("pending", "queued", "running", "paused", "succeeded", "failed", "stopped")
 
 # message tails kept on a Trial: a traceback can be long, the API object must not be
 MAX_MESSAGE_CHARS = 4000
+# each entry of status.failures keeps the error's first line (type and message); the
+# Trial's message holds the traceback of the last one
+MAX_FAILURE_MESSAGE_CHARS = 500
 
 
 def trial_body(*, namespace: str, experiment: Mapping[str, Any], name: str, index: int,
@@ -55,7 +58,8 @@ def trial_status(trial: Any) -> dict[str, Any]:
         status["checkpoint"] = trial.checkpoint
         status["checkpointIteration"] = trial.checkpoint_iteration
     if trial.failure_log:
-        status["failures"] = [{**f, "time": rfc3339(f["time"])} for f in trial.failure_log]
+        status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
+                               "time": rfc3339(f["time"])} for f in trial.failure_log]
     if trial.parent:
         status["parent"] = trial.parent
     if trial.lineage:
@@ -88,6 +92,8 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
+        failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
+                          for f in status.get("failures") or ()),
     )
 
 

@@ -194,6 +194,11 @@ class TrialRunner:
         trial.launched, trial.relaunch, trial.queued_since = True, False, None
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
         trial.iteration = start_iteration
+        if trial.history and trial.history[-1].get("iteration", 0) > start_iteration:
+            # The new run redoes what was reported after the checkpoint it starts from: the
+            # history keeps the results that led to that checkpoint, one per iteration.
+            trial.history = [h for h in trial.history if h.get("iteration", 0) <= start_iteration]
+            trial.last_metrics = trial.history[-1] if trial.history else None
         self._set_phase(trial, RUNNING)
         trial.reason = trial.message = ""
         return [LaunchTrial(trial.name, dict(trial.params), trial.checkpoint, start_iteration,
@@ -338,6 +343,32 @@ class TrialRunner:
             f"the function returned without reporting {self.spec.objective.metric}"
         return self._end(trial, SUCCEEDED, "Completed", message, now) + self._check_finished(now)
 
+    def on_trial_paused(self, name: str, results: Iterable[Result]) -> None:
+        """The results a trial reported between the decision to pause it and the report that
+        carried its pausing checkpoint: recorded, not judged, so that it resumes from that
+        checkpoint. A trial given another checkpoint meanwhile (a PBT exploit) ignores them."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase is not PAUSED or trial.relaunch:
+            return
+        objective = self.spec.objective
+        for result in results:
+            if result.seq <= trial.last_seq or result.attempt not in (None, trial.attempt):
+                continue
+            trial.last_seq, trial.iteration = result.seq, result.iteration
+            trial.last_metrics = {**result.metrics, "iteration": result.iteration}
+            trial.history.append(trial.last_metrics)
+            if result.checkpoint:
+                trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
+            value = objective_value(result.metrics, objective.metric)
+            if value is None:
+                continue
+            trial.last_value = value
+            self.searcher.report_intermediate(name, result.iteration, value)
+            if not math.isnan(value) and (trial.best_value is None or objective.better(value, trial.best_value)):
+                trial.best_value, trial.best_iteration = value, result.iteration
+            if not math.isnan(value) and (self._best is None or objective.better(value, self._best.value)):
+                self._best = _Best(value, name, result.iteration, dict(trial.params))
+
     def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> list[Decision]:
         """The trial raised (or its actor died). Retry from the latest checkpoint while
         failures <= maxFailures; a ``cluster_fault`` (node lost, preemption) is retried
@@ -463,6 +494,7 @@ class TrialRunner:
             checkpoint_iteration=(record.checkpoint_iteration if record.checkpoint_iteration is not None
                                   else iteration if record.checkpoint else 0),
             attempt=record.attempt, failures=record.failures, parent=record.parent,
+            failure_log=[dict(entry) for entry in record.failure_log],
             lineage=[dict(entry) for entry in record.lineage],
             last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
         trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)

@@ -62,6 +62,9 @@ class TrialRecord:
     last_result_seq: int | None = None            # None -> len(history) - 1 (seqs from 0)
     checkpoint_iteration: int | None = None       # iteration of ``checkpoint``; None -> iteration
     lineage: tuple[Mapping[str, Any], ...] = ()   # PBT: {iteration, from, params} per exploit
+    # each failure {attempt, reason, message, time (epoch seconds)}; ``failures`` counts
+    # those that count against maxFailures
+    failure_log: tuple[Mapping[str, Any], ...] = ()
 
 
 # ---------------------------------------------------------------- decisions

@@ -98,6 +98,7 @@ class LaunchRequest:
     keep_best: int = 0                   # with metric/mode: also keep the best N checkpoints
     metric: str | None = None
     mode: str = "min"
+    pod_template: Mapping[str, Any] | None = None   # spec.trial.template (executor: pod)
 
     def as_dict(self) -> dict[str, Any]:
         return {"trial_key": self.trial_key, "entrypoint": self.entrypoint,
@@ -126,6 +127,10 @@ class TrialUpdate:
     attempt: int | None = None
     checkpoint: str | None = None        # latest persisted checkpoint of this attempt, if any
     iteration: int | None = None         # latest reported iteration
+    # RUNNING as far as the runner goes (it holds its slot), but the platform has not started
+    # it yet, e.g. a pod the kube-scheduler cannot place: shown as Queued with this reason
+    waiting_reason: str = ""
+    waiting_message: str = ""
 
 
 class NodeResources(NamedTuple):

@@ -52,7 +52,10 @@ from kubetune.core.types import Result
 from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest,
                                      NodeResources, RayUnavailableError, ResourceShape,
                                      TrialState, TrialUpdate)
-from kubetune.trainable.host import UNKNOWN, TrialHost
+# the actor class lives in a light module: every worker process imports it on start
+from kubetune.executors.ray_host import HostActor as _HostActor
+from kubetune.executors.ray_liveness import ClusterWatch, prepare_driver_env
+from kubetune.trainable.host import UNKNOWN
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +75,6 @@ def _experiment_prefix(trial_key: str) -> str:
     if len(parts) != 3 or not all(parts):
         raise ValueError(f"trial key {trial_key!r} is not '<namespace>/<experiment>/<trial>'")
     return f"{parts[0]}/{parts[1]}/"
-
-
-class _RayTrialHost(TrialHost):
-    def __init__(self, name: str, pool_key: str, shape: dict, launch: dict | None,
-                 idle_timeout_s: float, orphan_timeout_s: float):
-        context = ray.get_runtime_context()
-        super().__init__(name, pool_key, info={"node_id": context.get_node_id(), "shape": shape},
-                         idle_timeout_s=idle_timeout_s, orphan_timeout_s=orphan_timeout_s,
-                         on_idle=self._exit)
-        if launch is not None:     # creation and first assignment in one step: no orphan window
-            self.assign(launch)
-
-    def _exit(self) -> None:
-        try:
-            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - leave one way or another
-            os._exit(0)
-
-
-_HostActor = ray.remote(_RayTrialHost)
 
 
 @dataclass
@@ -143,6 +126,7 @@ class RayExecutor:
         self._lock = threading.RLock()
         self._owns_ray = False
         self._connected = False
+        self._watch: ClusterWatch | None = None   # notices the cluster going away (not ``local``)
         self._reset()
 
     def _reset(self) -> None:
@@ -171,11 +155,14 @@ class RayExecutor:
                 else:
                     options["address"] = self.address
                     _probe(self.address, self.rpc_timeout_s)
+                prepare_driver_env(self.address)
                 try:
                     ray.init(**options)
                 except Exception as exc:  # noqa: BLE001 - ray.init raises many types
                     raise RayUnavailableError(self.address, f"{type(exc).__name__}: {exc}") from exc
                 self._owns_ray = True
+            if self.address != "local":
+                self._watch = ClusterWatch.attach(timeout_s=min(2.0, self.rpc_timeout_s))
             self._connected = True
 
     def disconnect(self) -> None:
@@ -184,12 +171,21 @@ class RayExecutor:
             if self._owns_ray and ray.is_initialized():
                 ray.shutdown()
             self._owns_ray = self._connected = False
+            self._watch = None
             self._reset()
 
     def _ensure_connected(self) -> None:
         if not (self._connected and ray.is_initialized()):
             self._connected = False
             self.connect()
+        watch = self._watch
+        lost = watch.check() if watch is not None else ""
+        if lost:
+            # Drop the connection at once: a driver whose cluster is gone must make no
+            # more GCS calls (see ray_liveness); the next call connects again.
+            log.warning("%s; reconnecting", lost)
+            self.disconnect()
+            raise RayUnavailableError(self.address, lost)
 
     # ---------------------------------------------------------------- start
 
@@ -201,6 +197,13 @@ class RayExecutor:
         self._discover_once(prefix)
         with self._lock:
             slot = self._slots.get(req.trial_key)
+            unanswered = slot is None and bool(self._discovered[prefix].probing)
+        if unanswered:
+            # An actor of the experiment has not said yet what it hosts (a restarted operator,
+            # an actor still starting): it may be this trial, which must not run twice.
+            self._discover(prefix, wait_s=self.rpc_timeout_s)
+            with self._lock:
+                slot = self._slots.get(req.trial_key)
         if slot is not None:
             if slot.attempt in (req.attempt, None) and not self._is_dead(slot):
                 return LaunchInfo(req.trial_key, slot.worker.name, attached=True,
@@ -331,6 +334,7 @@ class RayExecutor:
         try:
             return self._poll(cursors, wait_s, limit)
         except (RaySystemError, ConnectionError) as exc:
+            self.disconnect()    # connect afresh next time (Ray Client has no ClusterWatch)
             raise RayUnavailableError(self.address, f"{type(exc).__name__}: {exc}") from exc
 
     def _poll(self, cursors: Mapping[str, int], wait_s: float,
@@ -506,6 +510,11 @@ class RayExecutor:
             key = answer.get("trial_key")
             if key is not None and key not in self._slots:
                 self._slots[key] = _Slot(worker, answer.get("attempt"))
+            elif key is not None and self._slots[key].worker.name != name:
+                # it answered too late: the trial was started again elsewhere meanwhile
+                log.warning("actor %s also hosts %s, which runs on %s: ending it", name, key,
+                            self._slots[key].worker.name)
+                self._kill(worker)
             elif key is None and worker.pool_key:
                 worker.idle_since = time.monotonic()
                 self._idle.setdefault(worker.pool_key, []).append(worker)

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 
 from kubernetes.client.exceptions import ApiException
 
+from kubetune import metrics
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class KubeStore:
 
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
         self.writes += 1
+        metrics.api_write("trials", "create")
         try:
             return await asyncio.to_thread(
                 self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, body)
@@ -43,6 +45,7 @@ class KubeStore:
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.writes += 1
+        metrics.api_write("trials", "patch_status")
         try:
             await asyncio.to_thread(
                 self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, TRIALS,
@@ -53,6 +56,7 @@ class KubeStore:
 
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
         self.writes += 1
+        metrics.api_write("experiments", "patch_status")
         try:
             await asyncio.to_thread(
                 self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
@@ -64,3 +68,4 @@ class KubeStore:
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._post_event is not None:
             self._post_event(kind, reason, message)
+            metrics.event_posted(kind, reason)

@@ -5,6 +5,7 @@ from the CR's camelCase dict and is the only place that validates.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -126,6 +127,11 @@ class TrialTemplate:
     queue_timeout_s: float | None = None
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    template: Mapping[str, Any] | None = None   # executor pod: the PodTemplateSpec of one trial
+
+
+# ``${params.<name>}`` in a pod template's command/args: replaced by the parameter's value
+PARAM_REFERENCE = re.compile(r"\$\{params\.([^}]*)\}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from kubetune.spec.model import (
     ALGORITHMS, DISTRIBUTIONS, EXECUTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
-    Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError, TrialResources, TrialTemplate,
+    PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError, TrialResources,
+    TrialTemplate,
 )
 from kubetune.spec.quantities import parse_duration, parse_memory
 
@@ -276,7 +277,8 @@ def _resources(raw: Any) -> TrialResources:
 def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate:
     path = "spec.trial"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "runtimeEnv", "config"))
+    _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "runtimeEnv", "config",
+                           "template"))
     entrypoint = _string(obj, "entrypoint", path)
     if entrypoint is None and executor == "ray":
         raise SpecError(f"{path}.entrypoint", "required for the ray executor: the function to tune, "
@@ -288,12 +290,50 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
         if key in space:
             raise SpecError(f"{path}.config.{key}", "is also in searchSpace, where the sampled value would "
                                                     "always win; remove it from one of them")
+    resources = _resources(obj.get("resources"))
     return TrialTemplate(
-        entrypoint=entrypoint, resources=_resources(obj.get("resources")),
+        entrypoint=entrypoint, resources=resources,
         max_failures=_int(obj, "maxFailures", path, 0, 0),
         queue_timeout_s=_duration(obj, "queueTimeout", path),
         runtime_env=dict(_mapping(obj.get("runtimeEnv"), f"{path}.runtimeEnv")), config=config,
+        template=_pod_template(obj.get("template"), executor, resources, [*space, *config]),
     )
+
+
+def _pod_template(raw: Any, executor: str, resources: TrialResources, names: list[str]) -> dict | None:
+    """``spec.trial.template``: a PodTemplateSpec, for (and only for) the pod executor.
+    The API server validates the pod itself when it is created; this checks what is ours."""
+    path = "spec.trial.template"
+    if executor != "pod":
+        if raw is not None:
+            raise SpecError(path, "only the pod executor runs a pod template; set spec.executor: pod "
+                                  "(or remove the template and name a function in spec.trial.entrypoint)")
+        return None
+    if raw is None:
+        raise SpecError(path, "required for the pod executor: the PodTemplateSpec ({metadata, spec}) "
+                              "of the pod that runs one trial")
+    template = _mapping(raw, path)
+    containers = _mapping(template.get("spec"), f"{path}.spec").get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise SpecError(f"{path}.spec.containers", "required for the pod executor: at least one container; "
+                                                   "the first one runs the trial")
+    if resources.bundles > 1:
+        raise SpecError("spec.trial.resources.bundles", "a pod trial is one pod: bundles > 1 needs the ray executor")
+    if not float(resources.gpu).is_integer():
+        raise SpecError("spec.trial.resources.gpu", f"{resources.gpu:g} is not a whole number; "
+                                                    "Kubernetes schedules whole GPUs")
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(_mapping(template.get("spec"), f"{path}.spec").get(kind) or []):
+            where = f"{path}.spec.{kind}[{index}]"
+            container = _mapping(container, where)
+            for field in ("command", "args"):
+                for position, item in enumerate(container.get(field) or []):
+                    for match in PARAM_REFERENCE.finditer(str(item)):
+                        if match.group(1) not in names:
+                            raise SpecError(f"{where}.{field}[{position}]",
+                                            f"${{params.{match.group(1)}}} names no parameter of searchSpace "
+                                            f"or trial.config (known: {', '.join(sorted(names)) or 'none'})")
+    return dict(template)
 
 
 def _checkpoint(raw: Any) -> CheckpointSpec:

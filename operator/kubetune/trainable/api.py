@@ -103,6 +103,9 @@ def current_session() -> Session | None:
 
 def _require(what: str) -> Session:
     session = current_session()
+    if session is None:   # in a trial pod (executor: pod) the process itself is the trial
+        from kubetune.trainable.pod_session import pod_session
+        session = pod_session()
     if session is None:
         raise NoTrialError(
             f"kubetune.{what}() was called outside a trial: it only works inside the "
@@ -117,7 +120,8 @@ def report(metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = No
     are converted. ``checkpoint`` is a directory the function filled; it is copied to
     the experiment's checkpoint storage before this returns, so the function may
     reuse or delete it afterwards. Unlike Ray Tune's blocking report this returns at
-    once: results are buffered and fetched in batches by the operator.
+    once: results are buffered and fetched in batches by the operator.  In a trial pod
+    (executor: pod) it returns once the operator has the result (see pod_session.py).
     """
     _require("report").report(metrics, checkpoint)
 

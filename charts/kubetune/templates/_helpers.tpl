@@ -1,0 +1,72 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "kubetune.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kubetune.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "kubetune.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubetune.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kubetune.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "kubetune.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kubetune.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubetune.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kubetune.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+The only API calls the operator makes (verified by tests/integration/test_chart.py,
+which runs a whole Experiment with exactly these permissions):
+- kopf watches Experiments (list, watch) and patches them (finalizer, its annotations);
+  with settings.scanning.disabled it reads no CRDs and no Namespaces, and standalone
+  it needs no peering resources;
+- the controller writes Experiment status, creates Trials (get: an earlier attempt
+  created it already), lists them to resume after a restart, writes their status;
+- Events on Experiments (core/v1 Events, create).
+experiments/finalizers update: the API server's OwnerReferencesPermissionEnforcement
+admission plugin (enabled on e.g. OpenShift) requires it for Trials whose
+ownerReference has blockOwnerDeletion.
+*/}}
+{{- define "kubetune.rules" -}}
+- apiGroups: [kubetune.dev]
+  resources: [experiments]
+  verbs: [list, watch, patch]
+- apiGroups: [kubetune.dev]
+  resources: [experiments/status]
+  verbs: [patch]
+- apiGroups: [kubetune.dev]
+  resources: [experiments/finalizers]
+  verbs: [update]
+- apiGroups: [kubetune.dev]
+  resources: [trials]
+  verbs: [get, list, create]
+- apiGroups: [kubetune.dev]
+  resources: [trials/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

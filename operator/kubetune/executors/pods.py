@@ -1,0 +1,452 @@
+"""Run each trial as one Pod (``spec.executor: pod``): any container, any language.
+
+Per trial, owned by its Trial resource (so deleting the Experiment deletes them all):
+
+- a Secret ``<trial>-token`` with a random token: the pod reads it (env
+  ``KUBETUNE_TRIAL_TOKEN``) and sends it with every result; the ingest endpoint
+  accepts a trial's results only with that trial's token;
+- a ConfigMap ``<trial>-params`` with the trial's config as JSON, mounted read-only
+  at ``/etc/kubetune/config.json``;
+- one Pod per attempt, ``<trial>-a<attempt>`` (pod_spec.py renders it): a failed
+  pod is replaced by a new one, with the latest checkpoint passed in
+  (``KUBETUNE_CHECKPOINT``); the failed pods stay until the Trial goes, for their logs.
+
+Results are pushed by the pod to the operator (pod_ingest.py) and buffered in a
+``ResultInbox``; ``poll`` hands them over with the state read from the pod:
+
+- Pending and the kube-scheduler cannot place it: running for the runner (it holds
+  a parallelism slot), with ``waiting_reason``/``waiting_message`` set, which the
+  controller shows as Queued with the scheduler's message (and the cluster
+  autoscaler's latest event on the pod: TriggeredScaleUp, NotTriggerScaleUp);
+- Running, Pending (image pull, ...): running;
+- Succeeded: completed, once every result it pushed was delivered;
+- Failed: failed with the exit code, reason (OOMKilled, Error) and the log tail;
+  evicted, preempted or lost with its node: missing, a cluster fault (retried
+  without counting against ``maxFailures``); gone altogether: missing.
+
+Pods are read with one list call per experiment, at most every ``list_interval_s``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kubetune.executors import pod_spec
+from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
+                                     NodeResources, TrialState, TrialUpdate)
+from kubetune.executors.pod_ingest import ResultInbox
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 20
+
+
+def _api_status(error: Exception) -> int | None:
+    return getattr(error, "status", None)
+
+
+@dataclass
+class _Listing:
+    at: float = float("-inf")            # monotonic time the list call was sent
+    pods: dict[str, dict] = field(default_factory=dict)   # pod name -> pod
+    autoscaler: dict[str, str] = field(default_factory=dict)   # pod name -> latest autoscaler event
+
+
+class PodExecutor:
+    """The Kubernetes-pod implementation of ``executors.base.TrialExecutor``.  Thread-safe."""
+
+    def __init__(self, inbox: ResultInbox, ingest_url: str, *, api_client: Any = None,
+                 list_interval_s: float = 1.0) -> None:
+        self.address = "pod"
+        self.inbox = inbox
+        self.ingest_url = ingest_url.rstrip("/")
+        self.list_interval_s = list_interval_s
+        self._api_client = api_client
+        self._core = None
+        self._custom = None
+        self._lock = threading.RLock()
+        self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
+        self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
+        self._listings: dict[tuple[str, str], _Listing] = {}
+
+    # ---------------------------------------------------------------- connection
+
+    def connect(self) -> None:
+        import kubernetes
+        with self._lock:
+            if self._core is None:
+                client = self._api_client or kubernetes.client.ApiClient()
+                self._core = kubernetes.client.CoreV1Api(client)
+                self._custom = kubernetes.client.CustomObjectsApi(client)
+
+    def disconnect(self) -> None:
+        """Nothing to drop: pods run on without the operator."""
+
+    def core(self):
+        self.connect()
+        return self._core
+
+    # ---------------------------------------------------------------- start
+
+    def start(self, req: LaunchRequest) -> LaunchInfo:
+        """Create the attempt's pod (and the trial's Secret and ConfigMap); attach if it exists."""
+        from kubernetes.client.exceptions import ApiException
+        namespace, experiment, trial = pod_spec.split_key(req.trial_key)
+        template = req.pod_template
+        if not template:
+            raise ExecutorError("spec.trial.template: required for the pod executor (a PodTemplateSpec)")
+        self.connect()
+        owner = self._custom.get_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "trials", trial)
+        uid = owner["metadata"]["uid"]
+        token = self._ensure_secret(namespace, experiment, trial, uid)
+        self._ensure_config_map(namespace, experiment, trial, uid, req.config)
+        env = {"KUBETUNE_TRIAL": req.trial_key, "KUBETUNE_ATTEMPT": str(req.attempt),
+               "KUBETUNE_INGEST_URL": self.ingest_url,
+               "KUBETUNE_FIRST_SEQ": str(req.start_seq + 1),
+               "KUBETUNE_START_ITERATION": str(req.start_iteration),
+               "KUBETUNE_CONFIG_FILE": f"{pod_spec.CONFIG_DIR}/{pod_spec.CONFIG_FILE}"}
+        if req.checkpoint:
+            env["KUBETUNE_CHECKPOINT"] = req.checkpoint
+        if req.storage:
+            env["KUBETUNE_CHECKPOINT_STORAGE"] = req.storage
+            env["KUBETUNE_CHECKPOINT_OPTIONS"] = json.dumps(
+                {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
+        pod = pod_spec.render_pod(template, namespace=namespace, experiment=experiment, trial=trial,
+                                  trial_uid=uid, attempt=req.attempt, params=req.config, env=env,
+                                  resources=req.resources)
+        self._end_other_attempts(namespace, experiment, trial, req.attempt)
+        with self._lock:
+            self.inbox.open(req.trial_key, token, req.attempt, req.start_seq)
+            self._attempts[req.trial_key] = req.attempt
+            self._started_at[req.trial_key] = time.monotonic()
+        name = pod["metadata"]["name"]
+        try:
+            self._core.create_namespaced_pod(namespace, pod)
+        except ApiException as error:
+            if error.status != 409:
+                raise ExecutorError(f"cannot create pod {name}: {_reason(error)}") from error
+            return LaunchInfo(req.trial_key, name, attached=True)   # this attempt's pod exists
+        return LaunchInfo(req.trial_key, name, attached=False)
+
+    def _ensure_secret(self, namespace: str, experiment: str, trial: str, uid: str) -> str:
+        """The trial's token: kept across attempts and operator restarts."""
+        import base64
+
+        from kubernetes.client.exceptions import ApiException
+        token = secrets.token_urlsafe(32)
+        body = pod_spec.secret_body(namespace, experiment, trial, uid, token)
+        try:
+            self._core.create_namespaced_secret(namespace, body)
+            return token
+        except ApiException as error:
+            if error.status != 409:
+                raise ExecutorError(f"cannot create Secret {pod_spec.secret_name(trial)}: {_reason(error)}") from error
+        existing = self._core.read_namespaced_secret(pod_spec.secret_name(trial), namespace)
+        self._check_owned(existing.metadata, trial, uid, "Secret")
+        return base64.b64decode((existing.data or {})[pod_spec.TOKEN_KEY]).decode()
+
+    def _ensure_config_map(self, namespace: str, experiment: str, trial: str, uid: str,
+                           config: Mapping[str, Any]) -> None:
+        """Create or update: a PBT exploit relaunches the trial with new parameters."""
+        from kubernetes.client.exceptions import ApiException
+        body = pod_spec.config_map_body(namespace, experiment, trial, uid, config)
+        try:
+            self._core.create_namespaced_config_map(namespace, body)
+            return
+        except ApiException as error:
+            if error.status != 409:
+                raise ExecutorError(f"cannot create ConfigMap {body['metadata']['name']}: {_reason(error)}") from error
+        existing = self._core.read_namespaced_config_map(body["metadata"]["name"], namespace)
+        self._check_owned(existing.metadata, trial, uid, "ConfigMap")
+        if (existing.data or {}) != body["data"]:
+            self._core.patch_namespaced_config_map(body["metadata"]["name"], namespace, {"data": body["data"]})
+
+    @staticmethod
+    def _check_owned(metadata: Any, trial: str, uid: str, kind: str) -> None:
+        if not any(ref.uid == uid for ref in metadata.owner_references or []):
+            raise ExecutorError(f"{kind} {metadata.name} exists and does not belong to Trial {trial}; "
+                                "rename or delete it")
+
+    def _end_other_attempts(self, namespace: str, experiment: str, trial: str, attempt: int) -> None:
+        """A new attempt starts: an older one still running (after a restart) is ended."""
+        for pod in self._list(namespace, experiment, force=True).values():
+            if _trial_of(pod) == trial and _attempt_of(pod) != attempt \
+                    and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self._delete_pod(namespace, pod["metadata"]["name"])
+
+    # ---------------------------------------------------------------- poll
+
+    def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0,
+             limit: int = 1000) -> dict[str, TrialUpdate]:
+        """New results and state of each trial in ``cursors`` (trial key -> last seq seen)."""
+        updates = {}
+        for key, after_seq in cursors.items():
+            namespace, experiment, trial = pod_spec.split_key(key)
+            pods = self._list(namespace, experiment)
+            listing = self._listings[(namespace, experiment)]
+            attempt = self._current_attempt(key, trial, pods)
+            pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
+            results = self.inbox.take(key, after_seq, limit)
+            updates[key] = self._update(key, pod, attempt, results, listing.at)
+        return updates
+
+    def _current_attempt(self, key: str, trial: str, pods: Mapping[str, dict]) -> int | None:
+        with self._lock:
+            known = self._attempts.get(key)
+        if known is not None:
+            return known
+        attempts = [_attempt_of(p) for p in pods.values() if _trial_of(p) == trial]
+        return max(attempts) if attempts else None
+
+    def _update(self, key: str, pod: dict | None, attempt: int | None, results: tuple,
+                listed_at: float) -> TrialUpdate:
+        checkpoint, iteration = self.inbox.latest(key)
+        common = {"results": results, "attempt": attempt, "checkpoint": checkpoint, "iteration": iteration}
+        if pod is None:
+            with self._lock:
+                started = self._started_at.get(key)
+            if started is not None and started >= listed_at:   # created after the last listing
+                return TrialUpdate(key, TrialState.RUNNING, **common)
+            return TrialUpdate(key, TrialState.MISSING, cluster_fault=True,
+                               error=f"the trial's pod {pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)} "
+                                     "is gone (deleted, or its node was removed)", **common)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Succeeded":
+            return TrialUpdate(key, TrialState.COMPLETED, **common)
+        if phase == "Failed":
+            error, cluster_fault = pod_spec.failure(pod)
+            tail = self.logs(key, LOG_TAIL_LINES)
+            if tail:
+                error += f"\n--- last {LOG_TAIL_LINES} log lines ---\n{tail}"
+            state = TrialState.MISSING if cluster_fault else TrialState.FAILED
+            return TrialUpdate(key, state, error=error, cluster_fault=cluster_fault, **common)
+        message = pod_spec.unschedulable(pod)
+        if message is not None:
+            namespace, experiment, _ = pod_spec.split_key(key)
+            with self._lock:
+                scaling = self._listings[(namespace, experiment)].autoscaler.get(pod["metadata"]["name"])
+            return TrialUpdate(key, TrialState.RUNNING, waiting_reason="Unschedulable",
+                               waiting_message=f"{message}; {scaling}" if scaling else message, **common)
+        return TrialUpdate(key, TrialState.RUNNING, **common)
+
+    def _list(self, namespace: str, experiment: str, *, force: bool = False) -> dict[str, dict]:
+        """The experiment's pods by name; one list call per ``list_interval_s`` at most."""
+        with self._lock:
+            listing = self._listings.setdefault((namespace, experiment), _Listing())
+            fresh = time.monotonic() - listing.at < self.list_interval_s
+        if fresh and not force:
+            return listing.pods
+        sent = time.monotonic()
+        try:
+            raw = self.core().list_namespaced_pod(
+                namespace, label_selector=f"{pod_spec.LABEL_EXPERIMENT}={experiment}", _preload_content=False)
+            pods = {p["metadata"]["name"]: p for p in json.loads(raw.data)["items"]
+                    if (p["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY)}
+            waiting = {name for name, pod in pods.items() if pod_spec.unschedulable(pod) is not None}
+            autoscaler = self._autoscaler_events(namespace, waiting) if waiting else {}
+        except Exception as error:  # noqa: BLE001 - keep the last listing; results still flow
+            log.warning("listing the pods of %s/%s failed: %s", namespace, experiment, error)
+            return listing.pods
+        with self._lock:
+            listing.at, listing.pods, listing.autoscaler = sent, pods, autoscaler
+        return pods
+
+    def _autoscaler_events(self, namespace: str, pods: set[str]) -> dict[str, str]:
+        """The cluster autoscaler's latest word on each pending pod (TriggeredScaleUp,
+        NotTriggerScaleUp): whether the cluster grows for it, shown with the Queued reason."""
+        raw = self.core().list_namespaced_event(
+            namespace, field_selector="involvedObject.kind=Pod,source=cluster-autoscaler", _preload_content=False)
+        latest: dict[str, tuple[str, str]] = {}
+        for event in json.loads(raw.data)["items"]:
+            name = (event.get("involvedObject") or {}).get("name")
+            if name not in pods:
+                continue
+            when = event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
+            if name not in latest or when[:19] >= latest[name][0]:
+                latest[name] = (when[:19], f"cluster-autoscaler {event.get('reason')}: {event.get('message', '')}")
+        return {name: text for name, (_, text) in latest.items()}
+
+    # ---------------------------------------------------------------- stop / pause
+
+    def stop(self, trial_key: str, *, after_seq: int | None = None,
+             timeout_s: float = 5.0) -> TrialUpdate | None:
+        """Delete the trial's pod (with its termination grace period).  Never raises.
+
+        Results arriving afterwards are refused, and the pod's ``report()`` raises
+        ``TrialStopped``.  With ``after_seq`` the results after it are returned first."""
+        try:
+            results = self.inbox.take(trial_key, after_seq) if after_seq is not None else ()
+            checkpoint, iteration = self.inbox.latest(trial_key)
+            self.inbox.stop(trial_key)
+            namespace, _, trial = pod_spec.split_key(trial_key)
+            with self._lock:
+                attempt = self._attempts.pop(trial_key, None)
+                self._started_at.pop(trial_key, None)
+            if attempt is None:
+                attempts = [_attempt_of(p) for p in self._list(*pod_spec.split_key(trial_key)[:2]).values()
+                            if _trial_of(p) == trial]
+                attempt = max(attempts) if attempts else None
+            if attempt is not None and not self._finished(trial_key, pod_spec.pod_name(trial, attempt)):
+                self._delete_pod(namespace, pod_spec.pod_name(trial, attempt))
+            return TrialUpdate(trial_key, TrialState.STOPPED, results=results, attempt=attempt,
+                               checkpoint=checkpoint, iteration=iteration)
+        except Exception:  # noqa: BLE001 - stop must never raise
+            log.exception("stopping trial %s", trial_key)
+            return None
+
+    def pause(self, trial_key: str, *, after_seq: int | None = None,
+              timeout_s: float = 30.0) -> TrialUpdate | None:
+        """A pod cannot be paused in memory: it is deleted, and the trial resumes from the
+        latest checkpoint it reported (``checkpoint`` in the returned update)."""
+        return self.stop(trial_key, after_seq=after_seq, timeout_s=timeout_s)
+
+    def _finished(self, trial_key: str, name: str) -> bool:
+        """The pod ended by itself (as last listed): it is kept, with its logs, until the
+        Trial goes; it holds nothing on its node any more."""
+        namespace, experiment, _ = pod_spec.split_key(trial_key)
+        with self._lock:
+            listing = self._listings.get((namespace, experiment))
+            pod = listing.pods.get(name) if listing else None
+        return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+        try:   # the pod's own terminationGracePeriodSeconds applies: SIGTERM, then SIGKILL
+            self.core().delete_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    # ---------------------------------------------------------------- listing, cleanup
+
+    def list_trials(self, prefix: str = "") -> list[str]:
+        """Trials with a pod that has not finished, whose key starts with ``prefix``."""
+        namespace, _, rest = prefix.partition("/")
+        experiment = rest.split("/")[0] if rest else ""
+        selector = f"{pod_spec.LABEL_EXPERIMENT}={experiment}" if experiment else pod_spec.LABEL_EXPERIMENT
+        core = self.core()
+        raw = (core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False) if namespace
+               else core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False))
+        keys = {(p["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY)
+                for p in json.loads(raw.data)["items"]
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        return sorted(k for k in keys if k and k.startswith(prefix))
+
+    def stop_all(self, prefix: str) -> int:
+        """Delete every pod of ``"<namespace>/<experiment>/"``; how many.  Never raises."""
+        try:
+            namespace, experiment = prefix.split("/")[:2]
+            pods = self._list(namespace, experiment, force=True)
+            for name in pods:
+                self._delete_pod(namespace, name)
+            self.inbox.forget(prefix)
+            with self._lock:
+                for key in [k for k in self._attempts if k.startswith(prefix)]:
+                    self._attempts.pop(key, None)
+                    self._started_at.pop(key, None)
+                self._listings.pop((namespace, experiment), None)
+            return len(pods)
+        except Exception:  # noqa: BLE001
+            log.exception("deleting the pods under %s", prefix)
+            return 0
+
+    # ---------------------------------------------------------------- resources, logs
+
+    def cluster_resources(self) -> ClusterResources:
+        """Allocatable CPU, memory and GPUs per schedulable node, minus what bound pods request."""
+        core = self.core()
+        nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
+        pods = json.loads(core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False).data)["items"]
+        used: dict[str, dict[str, float]] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                for container in pod["spec"].get("containers") or []:
+                    for name, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+                        kind = _kind(name)
+                        used.setdefault(node, {})[kind] = used.get(node, {}).get(kind, 0.0) + _parse_quantity(amount)
+        listed, total, available = [], {}, {}
+        for node in nodes:
+            if (node.get("spec") or {}).get("unschedulable"):
+                continue
+            name = node["metadata"]["name"]
+            capacity = {_kind(k): _parse_quantity(v)
+                        for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
+                        if _kind(k) in ("CPU", "GPU", "memory")}
+            free = {k: max(0.0, v - used.get(name, {}).get(k, 0.0)) for k, v in capacity.items()}
+            listed.append(NodeResources(name, name, capacity, free))
+            for k, v in capacity.items():
+                total[k] = total.get(k, 0.0) + v
+                available[k] = available.get(k, 0.0) + free[k]
+        return ClusterResources(total, available, listed)
+
+    def request_resources(self, bundles: list[dict[str, float]]) -> None:
+        """Nothing to do: the cluster autoscaler sees the pending pods themselves."""
+
+    def logs(self, trial_key: str, lines: int = 200) -> str:
+        """The tail of the current attempt's container log; "" if the kubelet has none."""
+        namespace, _, trial = pod_spec.split_key(trial_key)
+        with self._lock:
+            attempt = self._attempts.get(trial_key)
+        if attempt is None:
+            attempt = self._current_attempt(trial_key, trial, self._list(namespace, pod_spec.split_key(trial_key)[1]))
+        if attempt is None:
+            return ""
+        try:
+            return self.core().read_namespaced_pod_log(pod_spec.pod_name(trial, attempt), namespace,
+                                                       tail_lines=lines) or ""
+        except Exception:  # noqa: BLE001 - no kubelet, no logs (kwok), or the pod is gone
+            return ""
+
+    def describe(self, trial_key: str) -> dict | None:
+        """The current attempt's pod: name, phase, node, attempt."""
+        namespace, experiment, trial = pod_spec.split_key(trial_key)
+        pods = self._list(namespace, experiment, force=True)
+        attempt = self._current_attempt(trial_key, trial, pods)
+        pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
+        if pod is None:
+            return None
+        return {"trial_key": trial_key, "pod": pod["metadata"]["name"], "attempt": attempt,
+                "phase": (pod.get("status") or {}).get("phase"), "node": (pod.get("spec") or {}).get("nodeName")}
+
+
+def _trial_of(pod: Mapping[str, Any]) -> str:
+    key = (pod["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY, "")
+    return key.rsplit("/", 1)[-1]
+
+
+def _attempt_of(pod: Mapping[str, Any]) -> int:
+    try:
+        return int((pod["metadata"].get("labels") or {}).get(pod_spec.LABEL_ATTEMPT, 0))
+    except ValueError:
+        return 0
+
+
+def _reason(error: Exception) -> str:
+    body = getattr(error, "body", None)
+    try:
+        return json.loads(body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(error)
+
+
+def _kind(name: str) -> str:
+    return {"cpu": "CPU", "memory": "memory", pod_spec.GPU_RESOURCE: "GPU"}.get(name, name)
+
+
+_SUFFIXES = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def _parse_quantity(text: Any) -> float:
+    text = str(text)
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[:-len(suffix)]) * _SUFFIXES[suffix]
+    return float(text)

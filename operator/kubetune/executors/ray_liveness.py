@@ -1,0 +1,98 @@
+"""Noticing that the Ray cluster the operator is connected to went away, before Ray does.
+
+Two behaviours of a Ray driver would end the operator's process when the Ray head
+stops or restarts:
+
+- a driver that loses its GCS waits ``gcs_rpc_server_reconnect_timeout_s`` (60 s by
+  default) for it to come back, then terminates its own process;
+- a GCS query made while the GCS is away blocks until a GCS answers at that address
+  again; when that is a new cluster (the head restarted), a check inside Ray fails on
+  the wrong cluster id and aborts the process.
+
+So the operator sets that timeout far out before it connects (``prepare_driver_env``)
+and, before each use of its connection, asks ``ClusterWatch.check``: is the GCS port
+open, and does the same cluster (its session) answer there? If not, the executor
+drops the connection and connects again once a cluster answers; the trials that ran
+on the lost one are relaunched from their checkpoints as cluster faults, which do not
+count against ``maxFailures``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import ray
+
+log = logging.getLogger(__name__)
+
+# Longer than any outage worth waiting through in-process: past it the operator's
+# process ends and its Deployment starts a new one, which restores from the Trials.
+GCS_RECONNECT_TIMEOUT_S = 7 * 24 * 3600
+SESSION_CHECK_INTERVAL_S = 1.0
+_SESSION_KEY, _SESSION_NAMESPACE = b"session_name", b"session"
+
+
+def prepare_driver_env(address: str) -> None:
+    """Before ``ray.init``: a lost GCS must not end the operator's process. Not for an
+    embedded cluster (``local``), whose processes inherit the environment and whose GCS
+    lives and dies with the operator."""
+    if address != "local":
+        os.environ["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(GCS_RECONNECT_TIMEOUT_S)
+
+
+class ClusterWatch:
+    """Watches the cluster of the current Ray connection (made with ``ray.init(address)``)."""
+
+    def __init__(self, gcs_address: str, timeout_s: float = 2.0) -> None:
+        from ray._raylet import GcsClient   # a client of its own: never Ray's blocking one
+
+        self.gcs_address = gcs_address
+        self.timeout_s = timeout_s
+        host, _, port = gcs_address.rpartition(":")
+        self._endpoint = (host, int(port))
+        self._client = GcsClient(address=gcs_address)
+        self.session = self._session()
+        self._checked_at = time.monotonic()
+
+    @classmethod
+    def attach(cls, timeout_s: float = 2.0) -> "ClusterWatch | None":
+        """For the connection just made; None where there is nothing to watch this way
+        (Ray Client connections, or if Ray's internals differ)."""
+        try:
+            if ray.util.client.ray.is_connected():
+                return None
+            return cls(ray.get_runtime_context().gcs_address, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a watch is a safety net, not a requirement
+            log.warning("cannot watch the Ray cluster for restarts: %s: %s", type(exc).__name__, exc)
+            return None
+
+    def _session(self) -> bytes | None:
+        return self._client.internal_kv_get(_SESSION_KEY, _SESSION_NAMESPACE, timeout=self.timeout_s)
+
+    def check(self) -> str:
+        """"" while the cluster we connected to answers; else why it does not. The port
+        probe is cheap and runs every time: a GCS query must never be made to a dead GCS;
+        the session is compared at most every ``SESSION_CHECK_INTERVAL_S``."""
+        try:
+            socket.create_connection(self._endpoint, timeout=self.timeout_s).close()
+        except OSError as exc:
+            return f"the Ray GCS at {self.gcs_address} is unreachable: {exc}"
+        if time.monotonic() - self._checked_at < SESSION_CHECK_INTERVAL_S:
+            return ""
+        try:
+            session = self._session()
+        except Exception as exc:  # noqa: BLE001 - any failure means: not our cluster now
+            if "WrongClusterID" in str(exc):
+                return f"the Ray cluster at {self.gcs_address} restarted: its trials are gone"
+            return f"the Ray GCS at {self.gcs_address} does not answer as before: {type(exc).__name__}: {exc}"
+        if session != self.session:
+            return (f"the Ray cluster at {self.gcs_address} restarted (session "
+                    f"{_text(self.session)} is now {_text(session)}): its trials are gone")
+        self._checked_at = time.monotonic()
+        return ""
+
+
+def _text(value: bytes | None) -> str:
+    return value.decode(errors="replace") if value else "none"

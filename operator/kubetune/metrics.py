@@ -1,0 +1,161 @@
+"""Prometheus metrics of the operator (``kubetune operator --metrics-port``).
+
+Counters are incremented where things happen (controller, store); the gauges —
+Experiments and Trials by phase, queued demand, Ray connectivity — are computed at
+scrape time from the operator's state (``OperatorState``), so they cannot drift
+from what the status subresources say.
+
+The HTTP endpoint runs on the operator's asyncio loop (aiohttp, which kopf already
+uses), the same thread that mutates that state: a scrape never sees a half-updated
+runner, and an unresponsive loop shows up as an unresponsive /metrics.
+
+Names follow the Prometheus conventions (``kubetune_`` prefix, ``_total`` for
+counters); label values come from small fixed sets (phases, resource kinds,
+reasons), never from Experiment or Trial names.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+EXPERIMENT_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+TRIAL_PHASES = ("pending", "queued", "running", "paused", "succeeded", "failed", "stopped")
+
+RESULTS_PROCESSED = Counter(
+    "kubetune_results_processed_total", "Trial results (kubetune.report calls) the operator recorded",
+    registry=REGISTRY)
+API_WRITES = Counter(
+    "kubetune_api_writes_total", "Writes to the Kubernetes API by the controller",
+    ["resource", "verb"], registry=REGISTRY)
+EVENTS = Counter(
+    "kubetune_events_total", "Kubernetes Events posted on Experiments", ["type", "reason"], registry=REGISTRY)
+RECONCILE_ERRORS = Counter(
+    "kubetune_reconcile_errors_total",
+    "Reconcile cycles that ended in an error (the loop retries; reason: exception class or RayUnavailable)",
+    ["reason"], registry=REGISTRY)
+
+for _resource, _verb in (("trials", "create"), ("trials", "patch_status"), ("experiments", "patch_status")):
+    API_WRITES.labels(_resource, _verb)   # present (at 0) from the first scrape: rate() needs a start
+
+
+def api_write(resource: str, verb: str) -> None:
+    API_WRITES.labels(resource, verb).inc()
+
+
+def event_posted(kind: str, reason: str) -> None:
+    EVENTS.labels(kind, reason or "Unknown").inc()
+
+
+def results_processed(count: int) -> None:
+    if count:
+        RESULTS_PROCESSED.inc(count)
+
+
+def reconcile_error(reason: str) -> None:
+    RECONCILE_ERRORS.labels(reason).inc()
+
+
+class StateCollector(Collector):
+    """Gauges computed from ``OperatorState`` at scrape time (``state()`` may be None
+    before the operator's startup handler ran)."""
+
+    def __init__(self, state: Callable[[], Any]) -> None:
+        self._state = state
+
+    def describe(self) -> Iterable:
+        return []   # unchecked collector: the metric families are built in collect()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._state()
+        controllers = list(state.controllers.values()) if state is not None else []
+        handles = state.registry.handles() if state is not None else []
+
+        experiments = GaugeMetricFamily(
+            "kubetune_experiments", "Experiments served by this operator, by phase", labels=["phase"])
+        trials = GaugeMetricFamily(
+            "kubetune_trials", "Trials of the served Experiments, by phase", labels=["phase"])
+        by_phase = dict.fromkeys(EXPERIMENT_PHASES, 0)
+        trial_counts = dict.fromkeys(TRIAL_PHASES, 0)
+        for controller in controllers:
+            status = controller.written_status or {}
+            phase = status.get("phase") or "Pending"
+            by_phase[phase] = by_phase.get(phase, 0) + 1
+            for key, value in (status.get("trialCounts") or {}).items():
+                if key in trial_counts:
+                    trial_counts[key] += int(value or 0)
+        for phase, count in by_phase.items():
+            experiments.add_metric([phase], count)
+        for phase, count in trial_counts.items():
+            trials.add_metric([phase], count)
+        yield experiments
+        yield trials
+
+        demand = GaugeMetricFamily(
+            "kubetune_queued_demand",
+            "Resources asked for by queued trials (what the autoscaler is asked to add), by resource",
+            labels=["resource"])
+        waiting = GaugeMetricFamily(
+            "kubetune_queued_bundles", "Resource bundles of queued trials waiting for room")
+        totals: dict[str, float] = {"CPU": 0.0, "GPU": 0.0}
+        bundles = 0
+        for handle in handles:
+            for bundle in handle.ledger.waiting_bundles():
+                bundles += 1
+                for kind, amount in bundle.to_ray().items():
+                    totals[kind] = totals.get(kind, 0.0) + amount
+        for kind, amount in sorted(totals.items()):
+            demand.add_metric([kind], amount)
+        waiting.add_metric([], bundles)
+        yield demand
+        yield waiting
+
+        up = GaugeMetricFamily("kubetune_ray_connected", "1 while the Ray cluster answers, else 0",
+                               labels=["address"])
+        for handle in handles:
+            up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
+        yield up
+
+
+_collector: StateCollector | None = None
+
+
+def watch_state(state: Callable[[], Any]) -> None:
+    """Serve the gauges of ``state()`` (idempotent: the last call wins)."""
+    global _collector
+    if _collector is not None:
+        REGISTRY.unregister(_collector)
+    _collector = StateCollector(state)
+    REGISTRY.register(_collector)
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)
+
+
+async def serve(port: int, host: str = "0.0.0.0"):
+    """Start ``GET /metrics`` on the running loop; returns the aiohttp runner (``await
+    runner.cleanup()`` to stop)."""
+    from aiohttp import web
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    return runner

@@ -1,0 +1,142 @@
+"""The trial-side session inside a trial pod (``spec.executor: pod``).
+
+The pod executor sets ``KUBETUNE_INGEST_URL`` and ``KUBETUNE_TRIAL_TOKEN`` (with
+``KUBETUNE_TRIAL``, ``KUBETUNE_ATTEMPT``, ``KUBETUNE_FIRST_SEQ``,
+``KUBETUNE_START_ITERATION``, ``KUBETUNE_CONFIG_FILE`` and, when resuming,
+``KUBETUNE_CHECKPOINT``).  When they are there, ``kubetune.report()`` called in that
+process POSTs each result to the operator::
+
+    POST $KUBETUNE_INGEST_URL/v1/results/<namespace>/<trial>
+    Authorization: Bearer $KUBETUNE_TRIAL_TOKEN
+    {"seq": 7, "iteration": 3, "metrics": {...}, "checkpoint": "...", "attempt": 0, "timestamp": ...}
+
+A network error or a 5xx answer is retried with the same seq (the operator records a
+seq once) for up to ``KUBETUNE_REPORT_TIMEOUT`` seconds (default 300); then report()
+raises.  When the operator answers that the trial was stopped (or this attempt was
+replaced), report() raises ``TrialStopped``.  HTTP goes through the standard library:
+the trial's image needs no HTTP client package.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Mapping
+
+from kubetune.trainable import api
+from kubetune.trainable.function_runner import _plain
+
+DEFAULT_REPORT_TIMEOUT_S = 300.0
+
+
+class ReportError(RuntimeError):
+    """The operator refused a result for good (bad token, malformed result) or never answered."""
+
+
+class PodSession:
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.url = environ["KUBETUNE_INGEST_URL"].rstrip("/")
+        self.token = environ["KUBETUNE_TRIAL_TOKEN"]
+        self.trial_key = environ.get("KUBETUNE_TRIAL", "")
+        namespace, _, trial = (self.trial_key.split("/") + ["", "", ""])[:3]
+        self.endpoint = f"{self.url}/v1/results/{namespace}/{trial}"
+        self.attempt = int(environ.get("KUBETUNE_ATTEMPT") or 0)
+        self.start_iteration = int(environ.get("KUBETUNE_START_ITERATION") or 0)
+        self._next_seq = int(environ.get("KUBETUNE_FIRST_SEQ") or 0)
+        self._iteration = self.start_iteration
+        self._config_file = environ.get("KUBETUNE_CONFIG_FILE", "")
+        self._checkpoint = environ.get("KUBETUNE_CHECKPOINT") or None
+        self._storage = environ.get("KUBETUNE_CHECKPOINT_STORAGE", "")
+        self._storage_options = json.loads(environ.get("KUBETUNE_CHECKPOINT_OPTIONS") or "{}")
+        self._timeout_s = float(environ.get("KUBETUNE_REPORT_TIMEOUT") or DEFAULT_REPORT_TIMEOUT_S)
+        self._restored: str | None = None
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- api.Session
+
+    def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = None) -> None:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"kubetune.report() takes a dict of metrics, got {type(metrics).__name__}")
+        clean = {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+        with self._lock:      # one report at a time: seqs go out in order
+            iteration = self._iteration + 1
+            location = self._persist(checkpoint, iteration, clean) if checkpoint is not None else None
+            body = {"seq": self._next_seq, "iteration": iteration, "metrics": clean,
+                    "attempt": self.attempt, "timestamp": time.time()}
+            if location is not None:
+                body["checkpoint"] = location
+            self._send(body)
+            self._next_seq += 1
+            self._iteration = iteration
+
+    def get_config(self) -> dict:
+        with open(self._config_file) as handle:
+            return json.load(handle)
+
+    def get_checkpoint(self) -> str | None:
+        if self._checkpoint is None:
+            return None
+        if self._restored is None:
+            from kubetune.trainable.checkpoint import materialize
+            self._restored = materialize(self._checkpoint)
+        return self._restored
+
+    def get_context(self) -> api.TrialContext:
+        return api.TrialContext(trial_key=self.trial_key, attempt=self.attempt, iteration=self._iteration,
+                                start_iteration=self.start_iteration, should_checkpoint=False)
+
+    # ---------------------------------------------------------------- internals
+
+    def _persist(self, checkpoint: str | os.PathLike, iteration: int, metrics: Mapping[str, Any]) -> str:
+        """Copy a checkpoint directory to the experiment's storage (a shared path or URI);
+        without storage, a location the pod names itself (already shared) is passed on."""
+        if not self._storage:
+            return os.fspath(checkpoint)
+        from kubetune.trainable.checkpoint import CheckpointStore
+        options = {k: v for k, v in self._storage_options.items() if v is not None}
+        return CheckpointStore(self._storage, self.trial_key, **options).persist(checkpoint, iteration, metrics)
+
+    def _send(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        deadline = time.monotonic() + self._timeout_s
+        delay, last = 0.2, ""
+        while True:
+            request = urllib.request.Request(self.endpoint, data=data, method="POST", headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    response.read()
+                    return
+            except urllib.error.HTTPError as error:
+                text = error.read().decode(errors="replace")
+                if error.code in (409, 410):
+                    raise api.TrialStopped() from None
+                if error.code < 500 and error.code != 429:
+                    raise ReportError(f"the operator refused result seq {body['seq']}: "
+                                      f"HTTP {error.code}: {text}") from None
+                last = f"HTTP {error.code}: {text}"
+            except OSError as error:     # connection refused/reset, timeout, DNS
+                last = f"{type(error).__name__}: {error}"
+            if time.monotonic() + delay > deadline:
+                raise ReportError(f"could not deliver result seq {body['seq']} to {self.endpoint} "
+                                  f"within {self._timeout_s:.0f}s; last error: {last}")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+_session: PodSession | None = None
+_session_lock = threading.Lock()
+
+
+def pod_session(environ: Mapping[str, str] = os.environ) -> PodSession | None:
+    """The process-wide session of a trial pod, or None when not running in one."""
+    global _session
+    if not (environ.get("KUBETUNE_INGEST_URL") and environ.get("KUBETUNE_TRIAL_TOKEN")):
+        return None
+    with _session_lock:
+        if _session is None:
+            _session = PodSession(environ)
+        return _session

@@ -1,0 +1,237 @@
+"""A Ray cluster with a real autoscaler for the integration tests: Ray's fake
+multi-node provider (``RAY_FAKE_CLUSTER=1``, provider ``fake_multinode``) adds and
+removes worker nodes as local raylet processes, driven by the same v1 autoscaler
+(``monitor.py``) that runs on a cloud cluster.
+
+The head has no GPUs; one worker node type offers 1 GPU (min 0, max 2). Ray's
+wheel does not ship the provider's example config, so the config is written here.
+The head listens on loopback and the fake nodes join it there (``gcs_address`` in
+the provider config). Token auth comes from ray_fixtures (set in
+os.environ at import, inherited by the head, the monitor and every fake node).
+
+``RayHead.stop()`` ends the head's process group and then every process that still
+names the head's temp dir on its command line: the fake nodes are started by the
+monitor with ``shutdown_at_exit=False`` and would otherwise outlive it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kube_fixtures import wait_for
+from operator_fixtures import OperatorProcess
+from ray_fixtures import RAY_ENV, use_test_auth_token
+
+__all__ = ["RayHead", "GPU_NODE_TYPE", "autoscaling_ray", "autoscaling_operator",
+           "autoscaler_status", "requested_bundles"]
+
+GPU_NODE_TYPE = "gpu-worker"
+HEAD_CPUS = 2
+GPU_NODE = {"CPU": 2, "GPU": 1}
+MAX_GPU_NODES = 2
+# Seconds a fake node may sit idle before the autoscaler removes it. Long enough that
+# the nodes of one test outlive the short gaps between its trials, short enough that
+# the next test starts from an empty cluster after the fixture waits for scale-down.
+IDLE_TIMEOUT_S = 15
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def autoscaling_config(gcs_port: int, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> dict:
+    """The cluster YAML (as a dict) for ``ray start --head --autoscaling-config``.
+
+    Fields follow Ray's fake_multi_node/example.yaml; the v1 autoscaler reads the file
+    as is (no defaults are filled in), so every key it touches is present."""
+    return {
+        "cluster_name": "kubetune-fake",
+        "max_workers": MAX_GPU_NODES,
+        "provider": {
+            "type": "fake_multinode",
+            "gcs_address": f"127.0.0.1:{gcs_port}",   # default would be <this host's IP>:6379
+            "launch_multiple": True,                   # a launch of 2 starts 2 nodes, not 1
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": HEAD_CPUS, "GPU": 0}, "node_config": {},
+                                 "max_workers": 0},
+            GPU_NODE_TYPE: {"resources": {**GPU_NODE, "object_store_memory": 80_000_000},
+                            "node_config": {}, "min_workers": 0, "max_workers": MAX_GPU_NODES},
+        },
+        "head_node_type": "ray.head.default",
+        "upscaling_speed": 2.0,
+        "idle_timeout_minutes": idle_timeout_s / 60.0,
+        "auth": {}, "docker": {},
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+        "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+        "rsync_exclude": [], "rsync_filter": [],
+    }
+
+
+class RayHead:
+    """One ``ray start --head --block`` process (optionally with the fake autoscaler),
+    restartable at the same port, as a Ray head that is stopped and started again."""
+
+    def __init__(self, *, autoscaling: bool, num_cpus: int = HEAD_CPUS, num_gpus: int = 0,
+                 port: int | None = None) -> None:
+        self.autoscaling = autoscaling
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.port = port or _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self.temp_dir: Path | None = None
+        self.starts = 0
+
+    def start(self, timeout_s: float = 90.0) -> "RayHead":
+        # A short path: Ray's unix sockets live under it and have a 107-byte limit.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="kt-as-", dir="/tmp"))
+        self.starts += 1
+        use_test_auth_token()
+        env = {**os.environ, **RAY_ENV}
+        command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                   f"--port={self.port}", "--node-ip-address=127.0.0.1",
+                   f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
+                   "--include-dashboard=false", "--object-store-memory=80000000",
+                   f"--ray-client-server-port={_free_port()}",
+                   f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-port={_free_port()}",
+                   f"--temp-dir={self.temp_dir}"]
+        if self.autoscaling:
+            config = self.temp_dir / "autoscaling.yaml"
+            config.write_text(json.dumps(autoscaling_config(self.port), indent=1))   # JSON is YAML
+            command.append(f"--autoscaling-config={config}")
+            env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
+        log_path = self.temp_dir / "head.log"
+        self.process = subprocess.Popen(command, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.process.returncode}: "
+                                   + log_path.read_text()[-3000:])
+            if "This command will now block" in log_path.read_text():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the Ray head did not come up in time: " + log_path.read_text()[-3000:])
+
+    def _leftover_pids(self) -> list[int]:
+        """Processes of this head that are still alive: anything naming its temp dir."""
+        marker = str(self.temp_dir).encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if marker in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
+
+    def stop(self, *, remove_files: bool = True) -> None:
+        """End the head, its autoscaler and every fake node it started."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()          # `ray start --block` ends its children on SIGTERM
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+        for pid in self._leftover_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not self._leftover_pids(), timeout=30, message="the Ray head's processes to exit")
+        self.process = None
+        if remove_files:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def log(self, name: str = "monitor") -> str:
+        """The tail of a log of the current session (monitor.err/out, raylet.out, ...)."""
+        logs = self.temp_dir / "session_latest" / "logs"
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(logs.glob(f"{name}*")))
+
+
+def autoscaler_status() -> dict:
+    """The v1 autoscaler's last status (``ray status`` reads the same): the load it saw,
+    including the standing ``request_resources`` demand, and its node counts.
+    Needs a driver connected to the cluster (``ray.init``)."""
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+    data = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    return json.loads(data) if data else {}
+
+
+def requested_bundles() -> list[dict]:
+    """The standing ``ray.autoscaler.sdk.request_resources`` request, as the v1
+    autoscaler reads it from the GCS key-value store."""
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+    data = _internal_kv_get(ray_constants.AUTOSCALER_RESOURCE_REQUEST_CHANNEL)
+    return json.loads(data) if data else []
+
+
+def _gpu_nodes_alive() -> int:
+    import ray
+    return sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU"))
+
+
+@pytest.fixture(scope="module")
+def autoscaling_ray():
+    """A Ray head with 2 CPUs, 0 GPUs and the fake autoscaler (GPU nodes: min 0, max 2),
+    shared by the tests of one module; this process is connected to it as a driver."""
+    import ray
+    head = RayHead(autoscaling=True).start()
+    try:
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(address=head.address, namespace="kubetune-test", log_to_driver=False)
+        yield head
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        head.stop()
+
+
+@pytest.fixture
+def scaled_down(autoscaling_ray):
+    """Start the test from a cluster without GPU nodes and without a standing request."""
+    from ray.autoscaler.sdk import request_resources
+    request_resources(bundles=[])
+    wait_for(lambda: _gpu_nodes_alive() == 0, timeout=120, interval=0.5,
+             message="the fake autoscaler to remove the GPU nodes of the previous test")
+    return autoscaling_ray
+
+
+@pytest.fixture
+def autoscaling_operator(kube_cluster, scaled_down, namespace, tmp_path):
+    """``kubetune operator`` pointed at the autoscaling head."""
+    process = OperatorProcess(kube_cluster.kubeconfig, scaled_down.address, tmp_path, namespace).start()
+    yield process
+    process.stop()
+    if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
+        print(process.log()[-5000:])

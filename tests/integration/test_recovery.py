@@ -1,0 +1,171 @@
+"""Nothing lost (issue 6): retries from checkpoints, a killed worker, an operator killed
+ten times, a Ray head restarted, checkpoint retention and deletion, PBT lineage.
+
+Trials run ``kubetune.examples.resumable``: its losses are a pure function of the
+learning rate and the iteration, so each test computes the history a Trial must show."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from k8s_helpers import condition, create, experiment, get_experiment, trials, wait_condition
+from kube_fixtures import wait_for
+from kubetune.examples.resumable import expected_losses, step
+from recovery_fixtures import OperatorWithEnv
+
+pytestmark = pytest.mark.integration
+
+RESUMABLE = "kubetune.examples.resumable:train"
+LOSS = {"metric": "loss", "mode": "min"}
+
+
+def resumable(name: str, *, lr: float = 0.3, config: dict | None = None, **spec) -> dict:
+    trial = {"config": {"interval": 0.02, **(config or {})}, **spec.pop("trial", {})}
+    return experiment(name, entrypoint=RESUMABLE, objective=LOSS, search_space={"lr": {"choice": [lr]}},
+                      search={"algorithm": "grid"}, trial=trial, **spec)
+
+
+def only_trial(api, namespace: str, name: str) -> dict:
+    items = trials(api, namespace, name)
+    assert [t["metadata"]["name"] for t in items] == [f"{name}-0"]
+    return items[0]
+
+
+def column(trial: dict, key: str) -> list:
+    return [entry[key] for entry in trial["status"]["history"]]
+
+
+def assert_history_is_the_functions(trial: dict, iterations: int) -> None:
+    """One entry per iteration, 1..N, each the loss the function computes: no gap, no duplicate."""
+    lr = trial["spec"]["parameters"]["lr"]
+    assert column(trial, "iteration") == list(range(1, iterations + 1)), trial["metadata"]["name"]
+    assert column(trial, "loss") == pytest.approx(expected_losses(lr, iterations), rel=1e-12)
+
+
+def test_retries_resume_from_checkpoints_and_respect_max_failures(operator, experiments_api, namespace, tmp_path):
+    gate = tmp_path / "gate"
+    storage = tmp_path / "checkpoints" / namespace
+    bodies = {
+        # raises right after reporting iteration 5, which it checkpointed
+        "raise": resumable("raise", config={"iterations": 8, "fail_at": 5},
+                           trial={"maxFailures": 1}, checkpoint={"deleteOnCompletion": True}),
+        # dies past its last checkpoint (3): the retry redoes 4 and 5
+        "past": resumable("past", config={"iterations": 8, "fail_at": 5, "checkpoint_every": 3},
+                          trial={"maxFailures": 1}, checkpoint={"deleteOnCompletion": True}),
+        # fails on every attempt, with no checkpoint: three attempts, then Failed
+        "always": resumable("always", config={"iterations": 8, "fail_at": 2, "fail_attempts": "all",
+                                              "checkpoint_every": 0}, trial={"maxFailures": 2}),
+        # its worker process is SIGKILLed while it waits after iteration 4
+        "killed": resumable("killed", config={"iterations": 8, "hold_at": 4, "gate": str(gate)},
+                            trial={"maxFailures": 1}),
+    }
+    for body in bodies.values():
+        create(experiments_api, namespace, body)
+
+    def held_trial():
+        items = trials(experiments_api, namespace, "killed")
+        status = (items[0].get("status") or {}) if items else {}
+        return status if status.get("iteration") == 4 and len(status.get("history") or ()) == 4 else None
+    held = wait_for(held_trial, timeout=60, message="the trial to wait after iteration 4")
+    victim = held["history"][-1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    gate.touch()
+
+    for name in bodies:
+        wait_condition(experiments_api, namespace, name, "Succeeded" if name != "always" else "Failed",
+                       timeout=90, operator=operator)
+
+    raised = only_trial(experiments_api, namespace, "raise")
+    assert raised["status"]["phase"] == "Succeeded"
+    assert_history_is_the_functions(raised, 8)
+    assert column(raised, "attempt") == [0] * 5 + [1] * 3          # the retry went on after 5
+    assert raised["status"]["attempt"] == 1
+    [failure] = raised["status"]["failures"]
+    assert (failure["attempt"], failure["reason"]) == (0, "Error")
+    assert failure["message"] == "RuntimeError: planned failure after iteration 5 (attempt 0)"
+    assert raised["status"]["checkpoint"].endswith(f"{namespace}/raise/raise-0/checkpoint-000008")
+    assert raised["status"]["checkpointIteration"] == 8
+
+    past = only_trial(experiments_api, namespace, "past")
+    assert_history_is_the_functions(past, 8)
+    assert column(past, "attempt") == [0] * 3 + [1] * 5            # 4 and 5 redone, recorded once
+    assert past["status"]["attempt"] == 1 and len(past["status"]["failures"]) == 1
+
+    always = only_trial(experiments_api, namespace, "always")
+    assert always["status"]["phase"] == "Failed" and always["status"]["reason"] == "Error"
+    assert always["status"]["attempt"] == 2                          # maxFailures 2: three attempts
+    assert [(f["attempt"], f["reason"], f["message"]) for f in always["status"]["failures"]] == [
+        (n, "Error", f"RuntimeError: planned failure after iteration 2 (attempt {n})") for n in range(3)]
+    assert "Traceback" in always["status"]["message"]
+    assert_history_is_the_functions(always, 2)                       # the last attempt's, from scratch
+    assert column(always, "attempt") == [2, 2]
+    assert get_experiment(experiments_api, namespace, "always")["status"]["trialCounts"]["failed"] == 1
+
+    killed = only_trial(experiments_api, namespace, "killed")
+    assert killed["status"]["phase"] == "Succeeded"
+    assert_history_is_the_functions(killed, 8)
+    assert column(killed, "attempt") == [0] * 4 + [1] * 4           # resumed from its checkpoint at 4
+    pids = column(killed, "pid")
+    assert set(pids[:4]) == {victim} and victim not in pids[4:]
+    [failure] = killed["status"]["failures"]
+    assert failure["reason"] == "Error" and "died" in failure["message"]
+
+    # deleteOnCompletion removes a finished trial's checkpoints; without it they stay (keepLast 2)
+    for name in ("raise", "past"):
+        wait_for(lambda: not (storage / name).exists() or not any((storage / name).rglob("checkpoint-*")),
+                 timeout=15, message=f"the checkpoints of {name} to be deleted")
+    kept = storage / "killed" / "killed-0"
+    assert sorted(os.listdir(kept)) == ["checkpoint-000007", "checkpoint-000008"]
+    assert killed["status"]["checkpoint"] == str(kept / "checkpoint-000008")
+
+
+def test_operator_killed_ten_times_loses_nothing_and_restarts_no_trial(operator, experiments_api, namespace):
+    rng = random.Random(6)
+    iterations, count = 10, 20
+    body = experiment("chaos", entrypoint=RESUMABLE, objective=LOSS,
+                      search_space={"lr": {"loguniform": [0.01, 0.9]}}, search={"algorithm": "random", "seed": 6},
+                      budget={"maxTrials": count, "parallelism": 5},
+                      trial={"config": {"iterations": iterations, "interval": 0.25}})
+    create(experiments_api, namespace, body)
+
+    def recorded() -> int:
+        return sum(len((t.get("status") or {}).get("history") or ()) for t in trials(experiments_api, namespace, "chaos"))
+
+    # SIGKILL when the Trials show this many results (and the new operator recorded some)
+    kill_points = sorted(rng.sample(range(5, count * iterations - 20), 10))
+    running_at_kill: dict[str, int] = {}      # trial -> pid it ran in when an operator died
+    seen = 0
+    for point in kill_points:
+        wait_for(lambda: (n := recorded()) >= point and n > seen, timeout=60, interval=0.05,
+                 message=f"{point} results recorded")
+        time.sleep(rng.uniform(0, 0.3))       # and a random moment after that
+        operator.kill()
+        seen = recorded()
+        for trial in trials(experiments_api, namespace, "chaos"):
+            status = trial.get("status") or {}
+            if status.get("phase") == "Running" and status.get("history"):
+                running_at_kill.setdefault(trial["metadata"]["name"], status["history"][-1]["pid"])
+        operator.start()
+    done = wait_condition(experiments_api, namespace, "chaos", "Succeeded", timeout=120, operator=operator)
+    assert operator.starts == 11
+
+    items = trials(experiments_api, namespace, "chaos")
+    assert [t["metadata"]["name"] for t in items] == [f"chaos-{i}" for i in range(count)]
+    assert len({tuple(sorted(t["spec"]["parameters"].items())) for t in items}) == count
+    for trial in items:
+        assert trial["status"]["phase"] == "Succeeded"
+        assert_history_is_the_functions(trial, iterations)
+        # never restarted: one attempt, one process, no failure
+        assert trial["status"]["attempt"] == 0 and not trial["status"].get("failures")
+        assert set(column(trial, "attempt")) == {0}
+        assert len(set(column(trial, "pid"))) == 1, trial["metadata"]["name"]
+    # trials that were running when an operator died went on in the same process
+    assert len(running_at_kill) >= 5
+    by_name = {t["metadata"]["name"]: t for t in items}
+    for name, pid in running_at_kill.items():
+        assert set(column(by_name[name], "pid")) == {pid}, name
+    assert done["status"]["trialCounts"]["succeeded"] == count
