@@ -45,7 +45,9 @@ def main(args: argparse.Namespace) -> int:
             server = await metrics.serve(args.metrics_port)
         try:
             await kopf.operator(
-                clusterwide=not args.namespace, namespaces=args.namespace or None,
+                # namespaces=[] (not None) when cluster-wide: kopf's namespace observer
+                # iterates it, and crashes (stopping the operator) on None
+                clusterwide=not args.namespace, namespaces=args.namespace,
                 liveness_endpoint=args.liveness or None, standalone=True)
         finally:
             if server is not None:

@@ -32,17 +32,16 @@ from kube_fixtures import wait_for
 from operator_fixtures import OperatorProcess
 from ray_fixtures import RAY_ENV, use_test_auth_token
 
-__all__ = ["RayHead", "GPU_NODE_TYPE", "autoscaling_ray", "autoscaling_operator",
-           "autoscaler_status", "requested_bundles"]
+__all__ = ["RayHead", "autoscaling_ray", "scaled_down", "module_namespace", "autoscaling_operator"]
 
 GPU_NODE_TYPE = "gpu-worker"
 HEAD_CPUS = 2
 GPU_NODE = {"CPU": 2, "GPU": 1}
 MAX_GPU_NODES = 2
-# Seconds a fake node may sit idle before the autoscaler removes it. Long enough that
-# the nodes of one test outlive the short gaps between its trials, short enough that
-# the next test starts from an empty cluster after the fixture waits for scale-down.
-IDLE_TIMEOUT_S = 15
+# Seconds a fake node may sit idle before the autoscaler removes it: the GPU nodes one
+# test scaled up serve the next tests of the module (a node start costs this 2-core
+# machine several CPU-seconds), while a cluster left alone still shrinks back.
+IDLE_TIMEOUT_S = 60
 
 
 def _free_port() -> int:
@@ -96,12 +95,14 @@ class RayHead:
         self.port = port or _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
-        self.temp_dir: Path | None = None
+        self.temp_dir: Path | None = None      # of the current (or last) start
+        self._temp_dirs: list[Path] = []
         self.starts = 0
 
     def start(self, timeout_s: float = 90.0) -> "RayHead":
         # A short path: Ray's unix sockets live under it and have a 107-byte limit.
         self.temp_dir = Path(tempfile.mkdtemp(prefix="kt-as-", dir="/tmp"))
+        self._temp_dirs.append(self.temp_dir)
         self.starts += 1
         use_test_auth_token()
         env = {**os.environ, **RAY_ENV}
@@ -131,44 +132,45 @@ class RayHead:
         self.stop()
         raise RuntimeError("the Ray head did not come up in time: " + log_path.read_text()[-3000:])
 
-    def _leftover_pids(self) -> list[int]:
-        """Processes of this head that are still alive: anything naming its temp dir."""
-        marker = str(self.temp_dir).encode()
-        pids = []
+    def _processes(self) -> list[int]:
+        """Live processes of this head: its session (GCS, raylet, autoscaler, workers) and
+        anything else naming its temp dir (the fake nodes the autoscaler started)."""
+        session, marker, found = self.process.pid, str(self.temp_dir).encode(), []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                if marker in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                if os.getsid(int(entry.name)) == session or marker in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except (OSError, IndexError):
                 continue
-        return pids
+        return found
 
-    def stop(self, *, remove_files: bool = True) -> None:
-        """End the head, its autoscaler and every fake node it started."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()          # `ray start --block` ends its children on SIGTERM
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(10)
-        for pid in self._leftover_pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for(lambda: not self._leftover_pids(), timeout=30, message="the Ray head's processes to exit")
-        self.process = None
+    def stop(self, *, grace_s: float = 5.0, remove_files: bool = True) -> None:
+        """End the head, its autoscaler and every fake node, as `ray stop` would for this
+        head only: SIGTERM to each process at once, SIGKILL to what is left after
+        ``grace_s`` (`ray start --block` alone takes long to wind down on SIGTERM)."""
+        if self.process is not None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for pid in self._processes():
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + grace_s
+                while self._processes() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            self.process.wait(10)
+            left = self._processes()
+            self.process = None
+            if left:
+                raise RuntimeError(f"processes of the Ray head at {self.address} survived SIGKILL: {left}")
         if remove_files:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            for temp_dir in self._temp_dirs:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            self._temp_dirs.clear()
 
     def log(self, name: str = "monitor") -> str:
         """The tail of a log of the current session (monitor.err/out, raylet.out, ...)."""
@@ -195,9 +197,15 @@ def requested_bundles() -> list[dict]:
     return json.loads(data) if data else []
 
 
-def _gpu_nodes_alive() -> int:
+def gpu_nodes() -> int:
+    """Alive nodes with GPUs (this process must be connected to the cluster)."""
     import ray
     return sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU"))
+
+
+def gpus_present() -> float:
+    import ray
+    return sum(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive"))
 
 
 @pytest.fixture(scope="module")
@@ -219,18 +227,32 @@ def autoscaling_ray():
 
 @pytest.fixture
 def scaled_down(autoscaling_ray):
-    """Start the test from a cluster without GPU nodes and without a standing request."""
-    from ray.autoscaler.sdk import request_resources
-    request_resources(bundles=[])
-    wait_for(lambda: _gpu_nodes_alive() == 0, timeout=120, interval=0.5,
-             message="the fake autoscaler to remove the GPU nodes of the previous test")
+    """The cluster without GPU nodes (at once for the first test of a module)."""
+    wait_for(lambda: gpu_nodes() == 0, timeout=IDLE_TIMEOUT_S + 60, interval=0.5,
+             message="the fake autoscaler to remove its GPU nodes")
     return autoscaling_ray
 
 
-@pytest.fixture
-def autoscaling_operator(kube_cluster, scaled_down, namespace, tmp_path):
-    """``kubetune operator`` pointed at the autoscaling head."""
-    process = OperatorProcess(kube_cluster.kubeconfig, scaled_down.address, tmp_path, namespace).start()
+@pytest.fixture(scope="module")
+def module_namespace(kube_cluster):
+    """One namespace for the tests of a module (they share one operator)."""
+    from kubernetes import client
+    with kube_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        name = core.create_namespace({"metadata": {"generateName": "kt-queue-"}}).metadata.name
+        try:
+            yield name
+        finally:
+            core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def autoscaling_operator(kube_cluster, autoscaling_ray, module_namespace, tmp_path_factory):
+    """``kubetune operator`` pointed at the autoscaling head, one for the module: the
+    Experiments of its tests share one ResourceLedger, as on a real cluster."""
+    workdir = tmp_path_factory.mktemp("autoscaling-operator")
+    process = OperatorProcess(kube_cluster.kubeconfig, autoscaling_ray.address, workdir, module_namespace,
+                              extra_args=("--ingest-port", str(_free_port()))).start()
     yield process
     process.stop()
     if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):

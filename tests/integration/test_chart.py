@@ -27,8 +27,9 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from k8s_helpers import create, experiment, trials
-from kube_fixtures import wait_for
+from kube_fixtures import KubeCluster, wait_for
 from kubectl_wait import wait_for_condition
+from kubetune.devcluster import ControlPlane
 from kubetune.devcluster.helm import ensure_helm
 
 pytestmark = pytest.mark.integration
@@ -79,21 +80,13 @@ def apply_server_side(api_client, documents: list[dict]) -> list[dict]:
                                        namespace=document["metadata"].get("namespace"),
                                        field_manager=FIELD_MANAGER)
         applied.append(result.to_dict())
+    crds = [d["metadata"]["name"] for d in documents if d["kind"] == "CustomResourceDefinition"]
+    extensions = client.ApiextensionsV1Api(api_client)
+    # the operator reads the API's discovery once at startup: the CRDs must be served by then
+    wait_for(lambda: all(any(c.type == "Established" and c.status == "True"
+                             for c in extensions.read_custom_resource_definition(name).status.conditions or [])
+                         for name in crds), timeout=60, message="the chart's CRDs to be Established")
     return applied
-
-
-def delete_cluster_scoped(api_client, documents: list[dict]) -> None:
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    for document in documents:
-        name = document["metadata"]["name"]
-        try:
-            if document["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(name)
-            elif document["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
 
 
 def service_account_kubeconfig(kube_cluster, namespace: str, name: str, path: Path) -> Path:
@@ -222,67 +215,83 @@ def test_rendered_crds_are_the_repository_crds(helm, tmp_path):
 
 # ------------------------------------------------------------------ against the API server
 
-def test_operator_runs_an_experiment_with_only_the_chart_permissions(
-        helm, kube_cluster, ray_local, namespace, home_namespace, tmp_path):
-    release = "kt"
-    values = {"watchNamespaces": [namespace], "ray": {"address": ray_local}, "logLevel": "INFO"}
-    documents = render(helm, tmp_path, release, home_namespace, values, crds=True)
-    with kube_cluster.api_client() as admin_client:
-        applied = apply_server_side(admin_client, documents)
-        admin = client.CustomObjectsApi(admin_client)
-        assert {a["kind"] for a in applied} >= {"CustomResourceDefinition", "ServiceAccount", "Role",
-                                                "RoleBinding", "Deployment", "Service"}
-        # the server kept every field the chart sets (no field pruned or rejected)
-        deployment = next(a for a in applied if a["kind"] == "Deployment")
-        assert deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
-        managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
-        assert FIELD_MANAGER in managers
+class ChartOperator:
+    """The chart applied server-side, and `kubetune operator` running with nothing but
+    its ServiceAccount's token (the operator's Pod cannot run here: no kubelet)."""
 
-        account = next(d for d in documents if d["kind"] == "ServiceAccount")["metadata"]["name"]
-        username = f"system:serviceaccount:{home_namespace}:{account}"
-        kubeconfig = service_account_kubeconfig(kube_cluster, home_namespace, account, tmp_path / "sa.kubeconfig")
-        with config.new_client_from_config(config_file=str(kubeconfig)) as sa_client:
-            review = client.AuthenticationV1Api(sa_client).create_self_subject_review(
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-            assert review.status.user_info.username == username
+    def __init__(self, helm: Path, cluster, ray_address: str, workdir: Path, *, release: str,
+                 home: str, values: dict) -> None:
+        self.cluster, self.ray_address, self.workdir, self.home = cluster, ray_address, workdir, home
+        self.documents = render(helm, workdir, release, home, {**values, "ray": {"address": ray_address}},
+                                crds=True)
+        self.process: subprocess.Popen | None = None
+        self.log_path = workdir / f"operator-{release}.log"
+        self.metrics_port, self.health_port = free_port(), free_port()
 
-            metrics_port, health_port = free_port(), free_port()
-            log_path = tmp_path / "operator.log"
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
-            env.pop("KUBERNETES_SERVICE_HOST", None)
-            with open(log_path, "w") as log_file:
-                operator = subprocess.Popen(
-                    [sys.executable, "-m", "kubetune", "operator", "--namespace", namespace,
-                     "--ray-address", ray_local, "--checkpoint-storage", str(tmp_path / "checkpoints"),
-                     "--metrics-port", str(metrics_port),
-                     "--liveness", f"http://127.0.0.1:{health_port}/healthz"],
-                    env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    def install(self, admin_client) -> list[dict]:
+        applied = apply_server_side(admin_client, self.documents)
+        account = next(d for d in self.documents if d["kind"] == "ServiceAccount")["metadata"]["name"]
+        self.username = f"system:serviceaccount:{self.home}:{account}"
+        self.kubeconfig = service_account_kubeconfig(self.cluster, self.home, account,
+                                                     self.workdir / f"{account}.kubeconfig")
+        return applied
+
+    def start(self, namespaces: list[str]) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)     # never the in-cluster config
+        with open(self.log_path, "w") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kubetune", "operator", *(f"--namespace={n}" for n in namespaces),
+                 "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
+                 "--metrics-port", str(self.metrics_port), "--ingest-port", str(free_port()),
+                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
+                env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        wait_for(lambda: self.process.poll() is not None
+                 or http_get(f"http://127.0.0.1:{self.health_port}/healthz")[0] == 200,
+                 timeout=60, message="the operator's liveness endpoint")
+        assert self.process.poll() is None, "the operator exited:\n" + self.log()[-5000:]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
             try:
-                _run_experiment_and_check(admin, sa_client, admin_client, operator, log_path, namespace,
-                                          home_namespace, username, metrics_port, health_port, ray_local)
-            except BaseException:
-                print(log_path.read_text()[-8000:])
-                raise
-            finally:
-                if operator.poll() is None:
-                    operator.send_signal(signal.SIGTERM)
-                    try:
-                        operator.wait(30)
-                    except subprocess.TimeoutExpired:
-                        operator.kill()
-                        operator.wait(10)
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def assert_no_permission_problem(self) -> None:
+        log = self.log()
+        assert self.process.poll() is None, log[-5000:]
+        # kopf: APIForbiddenError(... status=403) / "Not enough permissions"; client: "(403) Reason: Forbidden"
+        problem = re.search(r"forbidden|not enough permissions|\(403\)|status=403", log, re.IGNORECASE)
+        assert problem is None, f"{problem.group(0)!r} in the operator log:\n{log[-5000:]}"
 
 
-def _run_experiment_and_check(admin, sa_client, admin_client, operator, log_path, namespace, home_namespace,
-                              username, metrics_port, health_port, ray_address):
-    wait_for(lambda: operator.poll() is not None or http_get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200,
-             timeout=60, message="the operator's liveness endpoint")
-    assert operator.poll() is None, "the operator exited"
+def assert_forbidden(username: str, *calls) -> None:
+    for call in calls:
+        with pytest.raises(ApiException) as info:
+            call()
+        assert info.value.status == 403, info.value.body
+        assert username in json.loads(info.value.body)["message"]
+
+
+def run_experiment_through(operator: ChartOperator, admin_client, sa_client, namespace: str) -> None:
+    """A whole small Experiment as a user sees it (kubectl wait, Events), as the
+    operator counts it (/metrics), deleted through kopf's finalizer at the end."""
+    admin = client.CustomObjectsApi(admin_client)
+    review = client.AuthenticationV1Api(sa_client).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review.status.user_info.username == operator.username   # really the ServiceAccount
 
     # 3 trials of 2 GPUs on a 4-GPU Ray, 3 at a time allowed: the third waits for room
     body = experiment("rbac", budget={"maxTrials": 3, "parallelism": 3},
                       trial={"resources": {"cpu": 0.1, "gpu": 2}, "config": {"iterations": 3, "delay": 0.3}})
     create(admin, namespace, body)
+    # `kubectl wait --for=condition=Succeeded experiment/rbac`
     done = wait_for_condition(admin, GROUP, VERSION, namespace, "experiments", "rbac", "Succeeded", timeout=90)
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["trialCounts"]["succeeded"] == 3
@@ -299,7 +308,7 @@ def _run_experiment_and_check(admin, sa_client, admin_client, operator, log_path
     assert reasons().count("TrialLaunched") == 3
 
     # /metrics shows the finished experiment
-    samples = scrape(metrics_port)
+    samples = scrape(operator.metrics_port)
     assert metric(samples, "kubetune_experiments", phase="Succeeded") == 1
     assert metric_sum(samples, "kubetune_experiments") == 1
     assert metric(samples, "kubetune_trials", phase="succeeded") == 3
@@ -312,7 +321,7 @@ def _run_experiment_and_check(admin, sa_client, admin_client, operator, log_path
     assert metric(samples, "kubetune_events_total", type="Normal", reason="TrialsQueued") >= 1
     assert metric_sum(samples, "kubetune_reconcile_errors_total") == 0
     assert metric_sum(samples, "kubetune_queued_demand") == 0 and metric(samples, "kubetune_queued_bundles") == 0
-    assert metric(samples, "kubetune_ray_connected", address=ray_address) == 1
+    assert metric(samples, "kubetune_ray_connected", address=operator.ray_address) == 1
 
     # deletion goes through kopf's finalizer: also within the permissions
     admin.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "rbac")
@@ -325,55 +334,94 @@ def _run_experiment_and_check(admin, sa_client, admin_client, operator, log_path
         return False
     wait_for(gone, timeout=30, message="the Experiment's finalizer to be removed by the operator")
 
-    # what the ServiceAccount may not do
-    sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
-    forbidden = [
-        lambda: sa_core.list_namespaced_secret(namespace),
-        lambda: sa_core.read_namespaced_secret("anything", namespace),
-        lambda: sa_custom.list_namespaced_custom_object(GROUP, VERSION, home_namespace, "experiments"),
-        lambda: sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments"),
-        lambda: sa_custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "rbac-0"),
-        lambda: sa_core.list_namespace(),
-    ]
-    for call in forbidden:
-        with pytest.raises(ApiException) as info:
-            call()
-        assert info.value.status == 403, info.value.body
-        assert username in json.loads(info.value.body)["message"]
 
-    log = log_path.read_text()
-    assert operator.poll() is None, log[-5000:]
-    for symptom in ("Forbidden", "403", "Not enough permissions"):
-        assert symptom not in log, f"{symptom!r} in the operator log:\n{log[-5000:]}"
-
-
-def test_cluster_wide_install_is_accepted_and_denies_secrets(helm, kube_cluster, home_namespace, namespace, tmp_path):
-    """All namespaces: the same rules in a ClusterRole (the namespaced run above proves
-    them sufficient); the server accepts the objects, and the account can list
-    Experiments everywhere but still read no Secret."""
-    release = f"kt-{home_namespace}"   # cluster-scoped names must not collide between runs
-    documents = render(helm, tmp_path, release, home_namespace, {})
+def test_operator_runs_an_experiment_with_only_the_chart_permissions(
+        helm, kube_cluster, ray_local, namespace, home_namespace, tmp_path):
+    """watchNamespaces: [<ns>] -> a Role in <ns> bound to the account in the chart's own
+    namespace; the operator serves <ns> and can do nothing elsewhere."""
+    operator = ChartOperator(helm, kube_cluster, ray_local, tmp_path, release="kt", home=home_namespace,
+                             values={"watchNamespaces": [namespace]})
     with kube_cluster.api_client() as admin_client:
-        try:
-            applied = apply_server_side(admin_client, documents)
-            # the KubeRay example's Experiment is accepted by the CRDs the chart installs
-            example = yaml.safe_load((REPO / "examples" / "kuberay" / "experiment.yaml").read_text())
-            client.CustomObjectsApi(admin_client).create_namespaced_custom_object(
-                GROUP, VERSION, namespace, "experiments", example, dry_run="All")
-            [role] = [a for a in applied if a["kind"] == "ClusterRole"]
-            assert role["rules"] == next(d for d in documents if d["kind"] == "ClusterRole")["rules"]
-            account = next(d for d in documents if d["kind"] == "ServiceAccount")["metadata"]["name"]
-            kubeconfig = service_account_kubeconfig(kube_cluster, home_namespace, account, tmp_path / "sa.kubeconfig")
-            with config.new_client_from_config(config_file=str(kubeconfig)) as sa_client:
-                sa_custom, sa_core = client.CustomObjectsApi(sa_client), client.CoreV1Api(sa_client)
-                sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments")
-                sa_custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trials")
-                for call in (lambda: sa_core.list_secret_for_all_namespaces(),
-                             lambda: sa_core.list_namespaced_secret(namespace),
-                             lambda: sa_custom.delete_collection_namespaced_custom_object(
-                                 GROUP, VERSION, namespace, "experiments")):
-                    with pytest.raises(ApiException) as info:
-                        call()
-                    assert info.value.status == 403
-        finally:
-            delete_cluster_scoped(admin_client, documents)
+        applied = operator.install(admin_client)
+        assert {a["kind"] for a in applied} >= {"CustomResourceDefinition", "ServiceAccount", "Role",
+                                                "RoleBinding", "Deployment", "Service"}
+        assert not {a["kind"] for a in applied} & {"ClusterRole", "ClusterRoleBinding"}
+        # the server kept the fields the chart sets, under our field manager
+        deployment = next(a for a in applied if a["kind"] == "Deployment")
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
+        assert FIELD_MANAGER in {m["manager"] for m in deployment["metadata"]["managedFields"]}
+
+        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:
+            try:
+                operator.start([namespace])
+                run_experiment_through(operator, admin_client, sa_client, namespace)
+                sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
+                assert_forbidden(
+                    operator.username,
+                    lambda: sa_core.list_namespaced_secret(namespace),
+                    lambda: sa_core.read_namespaced_secret("anything", namespace),
+                    lambda: sa_custom.list_namespaced_custom_object(GROUP, VERSION, home_namespace, "experiments"),
+                    lambda: sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments"),
+                    lambda: sa_custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "rbac-0"),
+                    lambda: sa_core.list_namespace())
+                operator.assert_no_permission_problem()
+            except BaseException:
+                print(operator.log()[-8000:])
+                raise
+            finally:
+                operator.stop()
+
+
+@pytest.fixture
+def private_cluster(kube_cluster, tmp_path_factory):
+    """A control plane of its own, with no CRDs until the chart brings them: a
+    cluster-wide operator here sees nothing of the other tests' namespaces."""
+    if kube_cluster.plane is None:
+        pytest.skip("needs the embedded control plane (KUBETUNE_TEST_KUBECONFIG names a shared cluster)")
+    plane = ControlPlane(tmp_path_factory.mktemp("chart-plane"), install_crds=False, die_with_parent=True,
+                         log=lambda message: None)
+    try:
+        plane.start()
+        yield KubeCluster(plane.kubeconfig, plane)
+    finally:
+        plane.stop()
+
+
+def test_cluster_wide_install_runs_an_experiment_in_any_namespace(helm, private_cluster, ray_local, tmp_path):
+    """watchNamespaces: [] -> the same rules as a ClusterRole; the operator (no
+    --namespace: kopf cluster-wide) serves a namespace the chart never named."""
+    with private_cluster.api_client() as admin_client:
+        core = client.CoreV1Api(admin_client)
+        for name in ("kubetune-system", "team-a"):
+            core.create_namespace({"metadata": {"name": name}})
+        operator = ChartOperator(helm, private_cluster, ray_local, tmp_path, release="kt", home="kubetune-system",
+                                 values={})
+        applied = operator.install(admin_client)
+        [role] = [a for a in applied if a["kind"] == "ClusterRole"]
+        assert role["rules"] == next(d for d in operator.documents if d["kind"] == "ClusterRole")["rules"]
+        assert "Role" not in {a["kind"] for a in applied}
+        # the KubeRay example's Experiment is accepted by the CRDs the chart installed
+        example = yaml.safe_load((REPO / "examples" / "kuberay" / "experiment.yaml").read_text())
+        client.CustomObjectsApi(admin_client).create_namespaced_custom_object(
+            GROUP, VERSION, "team-a", "experiments", example, dry_run="All")
+
+        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:
+            try:
+                operator.start([])
+                run_experiment_through(operator, admin_client, sa_client, "team-a")
+                sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
+                sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments")   # allowed everywhere
+                assert_forbidden(
+                    operator.username,
+                    lambda: sa_core.list_secret_for_all_namespaces(),
+                    lambda: sa_core.read_namespaced_secret("anything", "team-a"),
+                    lambda: sa_custom.delete_collection_namespaced_custom_object(GROUP, VERSION, "team-a",
+                                                                                "experiments"),
+                    lambda: sa_core.list_namespace(),
+                    lambda: client.ApiextensionsV1Api(sa_client).list_custom_resource_definition())
+                operator.assert_no_permission_problem()
+            except BaseException:
+                print(operator.log()[-8000:])
+                raise
+            finally:
+                operator.stop()

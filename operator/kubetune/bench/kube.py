@@ -199,8 +199,9 @@ class KubeBench:
         return kubernetes.client.CoreV1Api(self._api)
 
     def write_counts(self) -> dict[str, float]:
-        response = self._api.call_api("/metrics", "GET", _preload_content=False, _return_http_data_only=True,
-                                      auth_settings=["BearerToken"])
+        method, url, headers, body, _ = self._api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+        response = self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        response.read()
         return parse_write_counts(response.data.decode())
 
     def _settled_write_counts(self, quiet_s: float = 2.0, timeout_s: float = 30.0) -> dict[str, float]:
@@ -227,12 +228,37 @@ class KubeBench:
         try:
             return self._measure(workload, name, namespace, operator, timeout_s)
         finally:
+            self._clean_up(namespace, name, operator)
             operator.stop()
             head.stop()
+
+    def _clean_up(self, namespace: str, name: str, operator: Operator, timeout_s: float = 120.0) -> None:
+        """Delete the Experiment while its operator runs (it removes its finalizer), then
+        the namespace, and wait until both are gone: the next workload's write counts
+        must not include the garbage collection of this one."""
+        from kubernetes.client.exceptions import ApiException
+
+        def gone(read) -> bool:
             try:
-                core.delete_namespace(namespace)
-            except Exception:  # noqa: BLE001 - the control plane goes away at the end anyway
-                pass
+                read()
+            except ApiException as error:
+                if error.status == 404:
+                    return True
+                raise
+            return False
+
+        api, core = self._custom(), self._core()
+        deadline = time.monotonic() + timeout_s
+        try:
+            api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
+            while operator.alive() and time.monotonic() < deadline and not gone(
+                    lambda: api.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)):
+                time.sleep(0.2)
+            core.delete_namespace(namespace)
+            while time.monotonic() < deadline and not gone(lambda: core.read_namespace(namespace)):
+                time.sleep(0.5)
+        except Exception as error:  # noqa: BLE001 - the control plane goes away at the end anyway
+            self.log(f"cleaning up {namespace}: {error}")
 
     def _measure(self, workload: Workload, name: str, namespace: str, operator: Operator,
                  timeout_s: float) -> dict[str, Any]:

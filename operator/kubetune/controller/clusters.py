@@ -35,7 +35,7 @@ class ClusterHandle:
         self._next_attempt = 0.0
         self._backoff = 1.0
         self.last_error = ""
-        self._requested: list[Resources] | None = None
+        self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
 
     @property
     def connected(self) -> bool:
@@ -55,9 +55,10 @@ class ClusterHandle:
                 if self.executor is None:
                     self.executor = self._executor_factory(self.address)
                 await asyncio.to_thread(self.executor.connect)
+                self._requested = None     # a cluster that came back knows no request of ours
                 await self._refresh_capacity_locked(force=True)
             except Exception as error:  # noqa: BLE001 - any failure to reach Ray means "unavailable"
-                self.last_error = f"cannot reach Ray at {self.address}: {error}"
+                self.last_error = f"cannot reach Ray at {self.address}: {_cause(error)}"
                 self._next_attempt = now + self._backoff
                 self._backoff = min(self._backoff * 2, MAX_RECONNECT_BACKOFF_SECONDS)
                 log.warning("%s (next attempt in %.0fs)", self.last_error, self._backoff)
@@ -68,7 +69,7 @@ class ClusterHandle:
 
     def mark_unavailable(self, error: BaseException | str) -> None:
         """A call failed because the cluster went away: reconnect before the next call."""
-        self.last_error = f"lost Ray at {self.address}: {error}"
+        self.last_error = f"lost Ray at {self.address}: {_cause(error)}"
         self._next_attempt = self._clock() + self._backoff
 
     async def refresh_capacity(self) -> None:
@@ -80,24 +81,39 @@ class ClusterHandle:
         if not force and now - self._capacity_at < CAPACITY_REFRESH_SECONDS:
             return
         capacity = await asyncio.to_thread(self.executor.cluster_resources)
-        node_types = getattr(self.executor, "node_types", lambda: None)()
+        # a Ray call (the first one reads the autoscaler's config on the head): in a thread
+        node_types = await asyncio.to_thread(getattr(self.executor, "node_types", lambda: None))
         self.ledger.set_capacity(Resources.from_ray(capacity.total),
                                  [Resources.from_ray(node.total) for node in capacity.nodes] or None,
                                  node_types)
         self._capacity_at = now
         await self._sync_autoscaler_request()
 
+    async def sync_autoscaler_request(self) -> None:
+        """Update the autoscaler request now (demand left with a deleted Experiment)."""
+        async with self._lock:
+            if self.connected:
+                try:
+                    await self._sync_autoscaler_request()
+                except Exception as error:  # noqa: BLE001 - the next capacity refresh retries
+                    log.warning("cannot update the autoscaler request on %s: %s", self.address, error)
+
     async def _sync_autoscaler_request(self) -> None:
         """Tell the autoscaler about queued demand over all Experiments on this cluster
         (each request replaces the previous one); withdraw it when nothing waits."""
-        waiting = list(self.ledger.waiting_bundles())
-        if waiting == self._requested:
-            return
+        waiting = self.ledger.waiting_bundles()
         # request_resources sizes the cluster for the whole list, so it names what is held
-        # as well as what waits; an empty list withdraws the request
+        # as well as what waits (and changes when either does); an empty list withdraws it
         bundles = [bundle.to_ray() for bundle in self.ledger.autoscaler_request()] if waiting else []
+        if bundles == self._requested:
+            return
         await asyncio.to_thread(self.executor.request_resources, bundles)
-        self._requested = waiting
+        self._requested = bundles
+
+
+def _cause(error: BaseException | str) -> object:
+    # the executor's RayUnavailableError names the address again: keep only its cause
+    return getattr(error, "cause", None) or error
 
 
 class ClusterRegistry:

@@ -1,5 +1,8 @@
 """Coalescing of status writes: a phase change is written at once, anything else
-(metrics, iteration, history) at most once per ``interval`` per object.
+(metrics, iteration, history) at most once per ``interval`` per object.  With
+``start_delay``, a change *to* ``start_phase`` (a trial starting to run) waits that
+long while there is nothing else to show (no ``history`` yet): a trial that ends
+within it gets one write, its final status, instead of two.
 
 Pure bookkeeping with an injected clock; the controller does the writing."""
 from __future__ import annotations
@@ -8,8 +11,11 @@ from typing import Any, Mapping
 
 
 class WriteCoalescer:
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, *, start_phase: str | None = None, start_delay: float = 0.0) -> None:
         self.interval = interval
+        self.start_phase = start_phase
+        self.start_delay = start_delay
+        self._started_at: dict[str, float] = {}     # first seen wanting start_phase
         self._written: dict[str, Mapping[str, Any]] = {}
         self._written_at: dict[str, float] = {}
         self._wanted: dict[str, Mapping[str, Any]] = {}
@@ -29,7 +35,7 @@ class WriteCoalescer:
                 and now - self._written_at.get(key, float("-inf")) < self.interval)
 
     def forget(self, key: str) -> None:
-        for table in (self._written, self._written_at, self._wanted):
+        for table in (self._written, self._written_at, self._wanted, self._started_at):
             table.pop(key, None)
 
     def seed(self, key: str, status: Mapping[str, Any], now: float) -> None:
@@ -43,16 +49,26 @@ class WriteCoalescer:
         for key, status in self._wanted.items():
             previous = self._written.get(key) or {}
             phase_changed = status.get("phase") != previous.get("phase")
+            if (phase_changed and self.start_delay > 0 and status.get("phase") == self.start_phase
+                    and not status.get("history")):
+                since = self._started_at.setdefault(key, now)
+                if not force and now - since < self.start_delay:
+                    continue
+                ready.append((key, status))
+                continue
             elapsed = now - self._written_at.get(key, float("-inf"))
             if force or phase_changed or elapsed >= self.interval:
                 ready.append((key, status))
         return ready
 
     def written(self, key: str, status: Mapping[str, Any], now: float) -> None:
+        """``status`` was written: the newest there is, it replaces whatever was wanted
+        (a write outside ``due``, such as one ahead of a stop, must not be followed by an
+        older status still waiting here)."""
         self._written[key] = status
         self._written_at[key] = now
-        if self._wanted.get(key) == status:
-            del self._wanted[key]
+        self._started_at.pop(key, None)
+        self._wanted.pop(key, None)
 
     @property
     def pending(self) -> bool:

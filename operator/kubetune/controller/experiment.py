@@ -28,6 +28,7 @@ from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
 log = logging.getLogger(__name__)
 
 TRIAL_METRICS_WRITE_INTERVAL = 2.0      # seconds between metric-only writes of one Trial
+TRIAL_START_WRITE_DELAY = 1.0           # a trial's Running is written this late: short trials get one write
 EXPERIMENT_WRITE_INTERVAL = 1.0         # seconds between summary writes of the Experiment
 IDLE_POLL_SECONDS = 0.25                # longest pause between polls of running trials
 # A poll waits this long for the first trial with news and leaves the other fetches in
@@ -52,7 +53,8 @@ class ExperimentController:
         self.runner: TrialRunner | None = None
         self.cluster: ClusterHandle | None = None
         self._generation: int | None = None
-        self._trial_writes = WriteCoalescer(TRIAL_METRICS_WRITE_INTERVAL)
+        self._trial_writes = WriteCoalescer(TRIAL_METRICS_WRITE_INTERVAL, start_phase=TrialPhase.RUNNING.value,
+                                            start_delay=TRIAL_START_WRITE_DELAY)
         self._experiment_written: dict[str, Any] = {}
         self._experiment_written_at = float("-inf")
         self._touched: set[str] = set()
@@ -92,6 +94,9 @@ class ExperimentController:
             if self.runner is not None:
                 for name in list(self.runner.active_trials()):
                     self.cluster.ledger.release(self._trial_key(name))
+            if isinstance(self.cluster, ClusterHandle):
+                # its queued demand goes with it, even if no other Experiment runs a cycle
+                await self.cluster.sync_autoscaler_request()
 
     @property
     def written_status(self) -> Mapping[str, Any]:

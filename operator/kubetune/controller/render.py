@@ -132,6 +132,10 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         if any(c["type"] == "Suspended" for c in conditions):
             conditions = set_condition(conditions, "Suspended", False, "Resumed", "",
                                        now=now, generation=generation)
+    queued = counts["queued"] > 0 and finished is None
+    if queued or any(c["type"] == "Queued" for c in conditions):
+        conditions = set_condition(conditions, "Queued", queued, "TrialsQueued" if queued else "NoneQueued",
+                                   summary.queue_reason if queued else "", now=now, generation=generation)
     for type_, value, reason, text in extra_conditions:
         conditions = set_condition(conditions, type_, value, reason, text, now=now, generation=generation)
 

@@ -372,6 +372,23 @@ class ResourceLedger:
             return f"waiting behind {len(ahead)} earlier request(s) of equal or higher priority"
         return "resources are free; starting at the next step"
 
+    def queue_summary(self, owners: list[str]) -> str:
+        """One line for the Experiment about its queued trials ``owners`` (all asking for
+        the same): ``3 trials queued: each needs 1 GPU, 0 free; scale-up requested``."""
+        waiting = [(owner, self._waiting[owner]) for owner in owners if owner in self._waiting]
+        if not waiting:
+            return ""
+        count = f"{len(owners)} trial{'' if len(owners) == 1 else 's'} queued"
+        first, entry = min(waiting, key=lambda item: (-item[1].priority, item[1].order))
+        short = self._short_kinds(entry.bundles) if self._known else set()
+        demand, free = total_of(entry.bundles), self.free()
+        kind = min(short, key=_kind_order) if short else ""
+        if kind and demand.amount(kind) > free.amount(kind) + 1e-9:
+            suffix = "; scale-up requested" if self.autoscaling else ""
+            return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
+                    f"{_amount_only(kind, free.amount(kind))} free{suffix}")
+        return f"{count}: {self.queue_reason(first)}"
+
 
 def _kind_order(kind: str) -> tuple[int, str]:
     # GPU first: when several resources are short, the scarce accelerator is the news.

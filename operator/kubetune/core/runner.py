@@ -92,12 +92,16 @@ class TrialRunner:
 
     def summary(self, now: float) -> ExperimentSummary:
         best = self._best
-        queued = next((t for t in self._active.values() if t.phase is QUEUED), None)
+        queued = [t for t in self._active.values() if t.phase is QUEUED]
+        queue_reason = ""
+        if queued:   # what the queued trials wait for, now (not when each was queued)
+            queue_reason = (self.ledger.queue_summary([self.owner(t.name) for t in queued])
+                            if self.ledger is not None else "") or queued[0].message
         return ExperimentSummary(
             counts={phase.value: self._counts[phase] for phase in TrialPhase}, created=self._created,
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
-            queue_reason=queued.message if queued else "", finished=self.finished, max_trials=self.max_trials)
+            queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials)
 
     def status_text(self, max_rows: int = 20) -> str:
         from kubetune.core.status import render_status

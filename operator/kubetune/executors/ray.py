@@ -48,10 +48,12 @@ from ray.exceptions import (ActorUnavailableError, GetTimeoutError, RayActorErro
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from kubetune.core.resources import Resources
 from kubetune.core.types import Result
 from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest,
                                      NodeResources, RayUnavailableError, ResourceShape,
                                      TrialState, TrialUpdate)
+from kubetune.executors.ray_autoscaler import read_node_types
 # the actor class lives in a light module: every worker process imports it on start
 from kubetune.executors.ray_host import HostActor as _HostActor
 from kubetune.executors.ray_liveness import ClusterWatch, prepare_driver_env
@@ -63,6 +65,7 @@ ACTOR_PREFIX = "kubetune/"
 WORKER_MARK = "#w-"        # never part of a Kubernetes name, so never a trial's
 PG_MARK = "#pg-"
 ACTOR_THREADS = 16         # fetch/stop/describe are served while the function runs
+NODE_TYPES_REFRESH_S = 300.0   # an autoscaling config changes rarely (a `ray up` of a new one)
 
 
 def actor_name(trial_key: str) -> str:
@@ -133,6 +136,7 @@ class RayExecutor:
         self._slots: dict[str, _Slot] = {}
         self._idle: dict[str, list[_Worker]] = {}
         self._discovered: dict[str, _Discovery] = {}
+        self._node_types: tuple[float, list[Resources] | None] | None = None   # (read at, shapes) of this connection
 
     # ---------------------------------------------------------------- connection
 
@@ -710,6 +714,33 @@ class RayExecutor:
                                _public(n.get("Resources", {})), per_node.get(n["NodeID"], {}))
                  for n in nodes_info]
         return ClusterResources(total, available, nodes)
+
+    def node_types(self) -> list[Resources] | None:
+        """The largest shape of each node type the Ray autoscaler may add (a list of
+        ``core.resources.Resources``), or None when the cluster cannot grow.  Read from
+        the autoscaler's config on the head node once per connection and again every
+        ``NODE_TYPES_REFRESH_S``; a failed re-read keeps the last answer, a failed first
+        read raises ``RayUnavailableError`` (unknown must not pass for "cannot grow":
+        every GPU trial on a head without GPUs would fail as infeasible)."""
+        if self.address == "local":
+            return None      # an embedded cluster is this process's machine
+        self._ensure_connected()
+        with self._lock:
+            known = self._node_types
+        if known is not None and time.monotonic() - known[0] < NODE_TYPES_REFRESH_S:
+            return known[1]
+        try:
+            shapes = read_node_types(timeout_s=3 * self.rpc_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any failure: the head did not tell
+            if known is not None:
+                log.warning("cannot re-read the autoscaler's node types: %s: %s", type(exc).__name__, exc)
+                return known[1]
+            raise RayUnavailableError(self.address, "cannot read the autoscaler's node types from the "
+                                      f"head node: {type(exc).__name__}: {exc}") from exc
+        types = [Resources.from_ray(shape) for shape in shapes] if shapes is not None else None
+        with self._lock:
+            self._node_types = (time.monotonic(), types)
+        return types
 
     def request_resources(self, bundles: list[dict[str, float]]) -> None:
         """Tell the Ray autoscaler about queued demand (replaces the previous request)."""

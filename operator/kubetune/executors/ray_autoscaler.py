@@ -1,0 +1,99 @@
+"""What the Ray autoscaler could add: the node types of the cluster's autoscaling config.
+
+Ray keeps the autoscaler's config to itself: neither the GCS (``ray.nodes()``, the
+cluster resource state, the autoscaler's status in the internal KV) nor
+``ray.autoscaler.v2.sdk.get_cluster_status`` names the node types a cluster may grow
+by, only the nodes it has and the node types of those.  The config is a file on the
+head node, named on the command line of the autoscaler's process (``monitor.py
+--autoscaling-config=...``, as ``ray start --head --autoscaling-config`` and ``ray up``
+start it).  So a zero-CPU task pinned to the head node finds that process, by the GCS
+port it serves, and reads the file.
+
+No autoscaler process on the head, or one without a config (a fixed-size cluster:
+Ray then runs the autoscaler read-only), means the cluster cannot grow: None.  Where
+the autoscaler runs outside the head's process namespace (KubeRay's sidecar) its
+config is not visible this way, and the cluster is treated as fixed-size too.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+# Ray's per-node marker resource of the head node: a task asking for a sliver of it runs there
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+
+
+def _find_autoscaling_config() -> dict[str, Any] | None:
+    """Runs on the head node: the config of the autoscaler serving this cluster's GCS;
+    {} for an autoscaler without one; None when no autoscaler process is found.
+    Imports inside: this function is shipped by value, so the head's workers need
+    nothing of kubetune."""
+    import os
+
+    import ray as ray_on_head
+    import yaml
+
+    port = ray_on_head.get_runtime_context().gcs_address.rpartition(":")[2]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if not any(a.endswith("monitor.py") and "autoscaler" in a for a in args):
+            continue
+        serves = any(a.startswith("--gcs-address=") and a.rpartition(":")[2] == port for a in args)
+        if not serves:
+            continue
+        path = next((a.split("=", 1)[1] for a in args if a.startswith("--autoscaling-config=")), None)
+        if path is None and "--autoscaling-config" in args[:-1]:
+            path = args[args.index("--autoscaling-config") + 1]
+        if not path:
+            return {}
+        path = os.path.expanduser(path)
+        if not os.path.isabs(path):
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
+        with open(path) as f:
+            return yaml.safe_load(f) or {}
+    return None
+
+
+def node_type_shapes(config: dict[str, Any] | None) -> list[dict[str, float]] | None:
+    """The resources of each node type the autoscaler may launch (``max_workers`` > 0),
+    from an autoscaling config; None if it launches none."""
+    if not config or config.get("max_workers", 1) == 0:
+        return None
+    head_type = config.get("head_node_type")
+    shapes = []
+    for name, node_type in (config.get("available_node_types") or {}).items():
+        if name == head_type or node_type.get("max_workers", config.get("max_workers", 1)) == 0:
+            continue
+        shapes.append({k: float(v) for k, v in (node_type.get("resources") or {}).items()})
+    return shapes or None
+
+
+def read_node_types(timeout_s: float) -> list[dict[str, float]] | None:
+    """Node type shapes of the connected cluster's autoscaler (Ray resource dicts), or
+    None when it cannot grow.  Raises (a Ray error, or GetTimeoutError) if the head
+    does not answer: "unknown" must not be mistaken for "cannot grow"."""
+    task = ray.remote(num_cpus=0, resources={HEAD_NODE_RESOURCE: 0.001}, max_retries=0)(
+        _by_value(_find_autoscaling_config))
+    ref = task.remote()
+    try:
+        config = ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)     # do not leave it queued on the head
+        raise
+    return node_type_shapes(config)
+
+
+def _by_value(function):
+    """A copy of ``function`` that Ray ships by value (as it does a script's functions):
+    by reference, the head's worker would have to import kubetune to run it."""
+    import types
+    copy = types.FunctionType(function.__code__, {"__builtins__": __builtins__}, function.__name__,
+                              function.__defaults__, function.__closure__)
+    copy.__module__ = "__main__"
+    copy.__qualname__ = function.__qualname__
+    return copy

@@ -1,0 +1,237 @@
+"""Autoscaling-aware queueing (issue 5): GPU trials on a Ray cluster whose head has no
+GPU and whose autoscaler adds GPU nodes (Ray's fake multi-node provider: real raylets,
+real autoscaler; autoscaler_fixtures).  One operator serves every test of the module,
+so its Experiments share one resource ledger, as they would on a real cluster.
+
+The first test needs the cluster without GPU nodes; later ones reuse the nodes it
+scaled up (they stay for a minute once idle)."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from autoscaler_fixtures import autoscaler_status, gpus_present, requested_bundles
+from k8s_helpers import condition, create, experiment, get_experiment, trials, wait_condition
+from kube_fixtures import wait_for
+from kubetune.controller.conditions import parse_rfc3339
+
+pytestmark = pytest.mark.integration
+
+QUADRATIC = "kubetune.examples.quadratic:train"
+SLEEPY = "kubetune.examples.sleepy:train"
+SHORT_TRAINING = {"iterations": 6, "delay": 0.3}       # about 2 s per trial
+
+
+def gpu_experiment(name: str, *, gpus: float = 1, bundles: int = 1, config: dict | None = None,
+                   **spec) -> dict:
+    trial = {"resources": {"cpu": 0.5, "gpu": gpus, "bundles": bundles},
+             "config": config or SHORT_TRAINING, **spec.pop("trial", {})}
+    return experiment(name, entrypoint=QUADRATIC, trial=trial, **spec)
+
+
+def phases(api, namespace: str, name: str) -> dict[str, str]:
+    return {t["metadata"]["name"]: (t.get("status") or {}).get("phase", "") for t in trials(api, namespace, name)}
+
+
+def started(trial: dict) -> float:
+    return parse_rfc3339(trial["status"]["startTime"])
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def request_withdrawn() -> bool:
+    """No standing request_resources, as the autoscaler itself last saw it."""
+    report = autoscaler_status().get("load_metrics_report") or {}
+    return requested_bundles() == [] and not report.get("request_demand")
+
+
+class Sampler(threading.Thread):
+    """Samples, until stopped, what a user would see: the Trials' phases and messages,
+    the Experiment's queue reason and Queued condition, and the GPUs Ray has."""
+
+    def __init__(self, api, namespace: str, name: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.namespace, self.name = api, namespace, name
+        self.samples: list[dict] = []
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._done.is_set():
+                items = trials(self.api, self.namespace, self.name)
+                body = get_experiment(self.api, self.namespace, self.name)
+                # GPUs read last: nodes only come (idle ones go after a minute), so a trial
+                # seen running above was started on GPUs that are still counted here
+                gpus = gpus_present()
+                status = body.get("status") or {}
+                self.samples.append({
+                    "running": sum((t.get("status") or {}).get("phase") == "Running" for t in items),
+                    "queued_messages": [t["status"].get("message", "") for t in items
+                                        if (t.get("status") or {}).get("phase") == "Queued"],
+                    "queue_reason": status.get("queueReason", ""),
+                    "queued_condition": condition(body, "Queued"),
+                    "gpus": gpus})
+                self._done.wait(0.2)
+        except BaseException as error:  # noqa: BLE001 - reported by stop()
+            self.error = error
+
+    def stop(self) -> list[dict]:
+        self._done.set()
+        self.join(30)
+        if self.error is not None:
+            raise self.error
+        return self.samples
+
+
+def test_gpu_trials_queue_while_the_autoscaler_adds_nodes(autoscaling_operator, scaled_down, experiments_api,
+                                                          module_namespace):
+    api, ns = experiments_api, module_namespace
+    assert gpus_present() == 0
+    create(api, ns, gpu_experiment("six", budget={"maxTrials": 6, "parallelism": 6}))
+    sampler = Sampler(api, ns, "six")
+    sampler.start()
+    try:
+        done = wait_condition(api, ns, "six", "Succeeded", timeout=180, operator=autoscaling_operator)
+    finally:
+        samples = sampler.stop()
+
+    print("SAMPLES", [(s["running"], len(s["queued_messages"]), s["gpus"]) for s in samples])
+    print("REASONS", {s["queue_reason"] for s in samples}, {m for s in samples for m in s["queued_messages"]})
+    print("OPLOG", autoscaling_operator.log()[-6000:])
+    # queued with the reason, on the Trials and summed up on the Experiment
+    trial_reasons = {m for s in samples for m in s["queued_messages"]}
+    assert "waiting for 1 GPU (0 free of 0); scale-up requested" in trial_reasons, trial_reasons
+    summaries = {s["queue_reason"] for s in samples}
+    assert any(re.fullmatch(r"[1-6] trials? queued: each needs 1 GPU, 0 free; scale-up requested", r)
+               for r in summaries), summaries
+    queued_conditions = [s["queued_condition"] for s in samples if s["queued_condition"]]
+    assert any(c["status"] == "True" and c["reason"] == "TrialsQueued" and "each needs 1 GPU" in c["message"]
+               for c in queued_conditions), queued_conditions
+    # the autoscaler added both GPU nodes, and never was a trial running without a GPU for it
+    assert samples[0]["gpus"] == 0 and max(s["gpus"] for s in samples) == 2
+    oversubscribed = [s for s in samples if s["running"] > s["gpus"]]
+    assert not oversubscribed, oversubscribed
+
+    items = trials(api, ns, "six")
+    assert [t["status"]["phase"] for t in items] == ["Succeeded"] * 6
+    # by the operator's own start and end times: two at once, on the two GPU nodes
+    assert max_overlap([(started(t), parse_rfc3339(t["status"]["completionTime"])) for t in items]) == 2
+    assert done["status"]["trialCounts"]["succeeded"] == 6 and done["status"]["queueReason"] == ""
+    assert condition(done, "Queued")["status"] == "False"
+    # the request is withdrawn once nothing waits, so the cluster can shrink again
+    wait_for(request_withdrawn, timeout=20, interval=0.5, message="the autoscaler request to be withdrawn")
+
+
+def test_trial_needing_eight_gpus_fails_fast_naming_gpu_and_node_type(autoscaling_operator, experiments_api,
+                                                                     module_namespace):
+    api, ns = experiments_api, module_namespace
+    created = time.monotonic()
+    create(api, ns, gpu_experiment("huge", gpus=8, budget={"maxTrials": 3}))
+    failed = wait_condition(api, ns, "huge", "Failed", timeout=60, operator=autoscaling_operator)
+    assert time.monotonic() - created < 20
+    message = "needs 8 GPU per bundle; the largest node type offers 1 GPU"
+    assert condition(failed, "Failed")["reason"] == "Infeasible"
+    assert message in condition(failed, "Failed")["message"]
+    (trial,) = trials(api, ns, "huge")
+    assert (trial["status"]["phase"], trial["status"]["reason"], trial["status"]["message"]) == \
+        ("Failed", "Infeasible", message)
+    assert not any(bundle.get("GPU", 0) >= 8 for bundle in requested_bundles())
+
+
+def gated_experiment(name: str, gate, *, trials_: int, **spec) -> dict:
+    """1-GPU trials that report once, then wait for ``gate`` (a file) before two more reports."""
+    return experiment(name, entrypoint=SLEEPY, objective={"metric": "step", "mode": "max"},
+                      budget={"maxTrials": trials_, "parallelism": trials_},
+                      trial={"resources": {"cpu": 0.5, "gpu": 1},
+                             "config": {"iterations": 3, "interval": 0.2, "hold_after": 1, "gate": str(gate)}},
+                      **spec)
+
+
+def test_two_experiments_share_the_cluster_and_priority_goes_first(autoscaling_operator, experiments_api,
+                                                                   module_namespace, tmp_path):
+    api, ns = experiments_api, module_namespace
+    gate = tmp_path / "gate"
+    create(api, ns, gated_experiment("low", gate, trials_=4))
+    # both GPUs held by "low" (its trials wait at the gate), its other two trials queued
+    wait_for(lambda: sorted(phases(api, ns, "low").values()) == ["Queued", "Queued", "Running", "Running"],
+             timeout=120, interval=0.2, message="low: 2 running, 2 queued")
+    create(api, ns, gated_experiment("high", gate, trials_=2, priority=10))
+    wait_for(lambda: list(phases(api, ns, "high").values()) == ["Queued", "Queued"],
+             timeout=60, interval=0.2, message="high: 2 queued")
+    assert get_experiment(api, ns, "high")["status"]["queueReason"] == \
+        "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+    gate.touch()
+    wait_condition(api, ns, "high", "Succeeded", timeout=120, operator=autoscaling_operator)
+    wait_condition(api, ns, "low", "Succeeded", timeout=120, operator=autoscaling_operator)
+
+    low, high = trials(api, ns, "low"), trials(api, ns, "high")
+    assert [t["status"]["phase"] for t in [*low, *high]] == ["Succeeded"] * 6
+    first_low = sorted(low, key=started)[:2]
+    later_low = sorted(low, key=started)[2:]
+    # the higher priority overtook the trials of "low" that waited before it came ...
+    assert max(map(started, high)) < min(map(started, later_low))
+    # ... which did not starve: the two experiments ran interleaved on the two GPUs
+    assert max(map(started, first_low)) < min(map(started, high))
+    assert max(t["status"]["attempt"] for t in [*low, *high]) == 0
+
+
+def test_two_bundle_trial_starts_only_when_both_bundles_fit(autoscaling_operator, experiments_api,
+                                                           module_namespace, tmp_path):
+    import ray
+    api, ns = experiments_api, module_namespace
+    gate = tmp_path / "gate"
+    create(api, ns, gated_experiment("hold", gate, trials_=1))
+    wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(api, ns, "hold")] == [1],
+             timeout=120, interval=0.2, message="hold-0 running on a GPU node")
+    create(api, ns, gpu_experiment("pair", bundles=2, budget={"maxTrials": 1}))
+
+    def pair_queue_reason() -> str:
+        items = trials(api, ns, "pair")
+        status = (items[0].get("status") or {}) if items else {}
+        return status.get("message", "") if status.get("phase") == "Queued" else ""
+
+    # both GPU nodes up, one GPU free: not enough for the pair, and nothing of it is reserved
+    wait_for(lambda: pair_queue_reason() == "waiting for 2 GPU (1 free of 2); scale-up requested",
+             timeout=120, interval=0.2, message="pair-0 queued with one of two GPUs free")
+    assert get_experiment(api, ns, "pair")["status"]["queueReason"] == \
+        "1 trial queued: each needs 2 GPU, 1 free; scale-up requested"
+    assert not [pg for pg in ray.util.placement_group_table().values() if f"/{ns}/pair/" in pg["name"]]
+
+    gate.touch()
+
+    def pair_group() -> dict | None:
+        groups = [pg for pg in ray.util.placement_group_table().values()
+                  if f"/{ns}/pair/" in pg["name"] and pg["state"] == "CREATED"]
+        return groups[0] if groups else None
+    group = wait_for(pair_group, timeout=120, interval=0.1, message="the pair's placement group")
+    assert sorted(bundle.get("GPU") for bundle in group["bundles"].values()) == [1.0, 1.0]
+    wait_condition(api, ns, "pair", "Succeeded", timeout=120, operator=autoscaling_operator)
+    (held,), (pair,) = trials(api, ns, "hold"), trials(api, ns, "pair")
+    assert held["status"]["phase"] == pair["status"]["phase"] == "Succeeded"
+    assert started(pair) >= parse_rfc3339(held["status"]["completionTime"])
+
+
+def test_queue_timeout_fails_a_trial_that_waits_too_long(autoscaling_operator, experiments_api,
+                                                        module_namespace):
+    api, ns = experiments_api, module_namespace
+    # each bundle fits a GPU node, but three never fit the two nodes the autoscaler may add
+    create(api, ns, gpu_experiment("patient", bundles=3, budget={"maxTrials": 1}, trial={"queueTimeout": "5s"}))
+    failed = wait_condition(api, ns, "patient", "Failed", timeout=60, operator=autoscaling_operator)
+    (trial,) = trials(api, ns, "patient")
+    assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Failed", "QueueTimeout")
+    assert re.fullmatch(r"queued for [5-9]s \(queueTimeout 5s\): waiting for 3 GPU \([0-2] free of [0-2]\); "
+                        r"scale-up requested", trial["status"]["message"]), trial["status"]["message"]
+    assert "startTime" not in trial["status"]
+    assert failed["status"]["trialCounts"]["failed"] == 1
+    wait_for(request_withdrawn, timeout=20, interval=0.5, message="the autoscaler request to be withdrawn")
