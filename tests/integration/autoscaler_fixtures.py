@@ -5,13 +5,16 @@ removes worker nodes as local raylet processes, driven by the same v1 autoscaler
 
 The head has no GPUs; one worker node type offers 1 GPU (min 0, max 2). Ray's
 wheel does not ship the provider's example config, so the config is written here.
-The head listens on loopback and the fake nodes join it there (``gcs_address`` in
-the provider config). Token auth comes from ray_fixtures (set in
-os.environ at import, inherited by the head, the monitor and every fake node).
+The head's node address is loopback and the fake nodes join its GCS there
+(``gcs_address`` in the provider config; the default is this host's IP and port
+6379, which may be another Ray). Ray itself gives the fake nodes, and a driver
+connecting to 127.0.0.1, this machine's outward address, as for any local node.
+Token auth comes from ray_fixtures (set in os.environ at import, inherited by the
+head, its autoscaler and every fake node).
 
-``RayHead.stop()`` ends the head's process group and then every process that still
-names the head's temp dir on its command line: the fake nodes are started by the
-monitor with ``shutdown_at_exit=False`` and would otherwise outlive it.
+``RayHead.stop()`` does what `ray stop` does, for this head only: it signals every
+process of the head's session and every process naming its temp dir (the fake
+nodes, which the autoscaler starts with ``shutdown_at_exit=False``).
 """
 from __future__ import annotations
 
@@ -44,13 +47,13 @@ MAX_GPU_NODES = 2
 IDLE_TIMEOUT_S = 60
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def autoscaling_config(gcs_port: int, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> dict:
+def autoscaling_config(gcs_port: int) -> dict:
     """The cluster YAML (as a dict) for ``ray start --head --autoscaling-config``.
 
     Fields follow Ray's fake_multi_node/example.yaml; the v1 autoscaler reads the file
@@ -74,7 +77,7 @@ def autoscaling_config(gcs_port: int, *, idle_timeout_s: float = IDLE_TIMEOUT_S)
         },
         "head_node_type": "ray.head.default",
         "upscaling_speed": 2.0,
-        "idle_timeout_minutes": idle_timeout_s / 60.0,
+        "idle_timeout_minutes": IDLE_TIMEOUT_S / 60.0,
         "auth": {}, "docker": {},
         "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
         "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
@@ -92,7 +95,7 @@ class RayHead:
         self.autoscaling = autoscaling
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.temp_dir: Path | None = None      # of the current (or last) start
@@ -110,8 +113,8 @@ class RayHead:
                    f"--port={self.port}", "--node-ip-address=127.0.0.1",
                    f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
                    "--include-dashboard=false", "--object-store-memory=80000000",
-                   f"--ray-client-server-port={_free_port()}",
-                   f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-port={_free_port()}",
+                   f"--ray-client-server-port={free_port()}",
+                   f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-port={free_port()}",
                    f"--temp-dir={self.temp_dir}"]
         if self.autoscaling:
             config = self.temp_dir / "autoscaling.yaml"
@@ -171,11 +174,6 @@ class RayHead:
             for temp_dir in self._temp_dirs:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             self._temp_dirs.clear()
-
-    def log(self, name: str = "monitor") -> str:
-        """The tail of a log of the current session (monitor.err/out, raylet.out, ...)."""
-        logs = self.temp_dir / "session_latest" / "logs"
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(logs.glob(f"{name}*")))
 
 
 def autoscaler_status() -> dict:
@@ -252,7 +250,7 @@ def autoscaling_operator(kube_cluster, autoscaling_ray, module_namespace, tmp_pa
     Experiments of its tests share one ResourceLedger, as on a real cluster."""
     workdir = tmp_path_factory.mktemp("autoscaling-operator")
     process = OperatorProcess(kube_cluster.kubeconfig, autoscaling_ray.address, workdir, module_namespace,
-                              extra_args=("--ingest-port", str(_free_port()))).start()
+                              extra_args=("--ingest-port", str(free_port()))).start()
     yield process
     process.stop()
     if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):

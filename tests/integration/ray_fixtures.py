@@ -83,7 +83,9 @@ def stop_ray_head(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()            # `ray start --block` ends its children on SIGTERM
         try:
-            process.wait(30)
+            # one by one and slowly (30 s and more); the group SIGKILL below ends the rest,
+            # and the workers (process groups of their own) follow their raylet within ~2 s
+            process.wait(5)
         except subprocess.TimeoutExpired:
             pass
     try:

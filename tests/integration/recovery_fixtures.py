@@ -50,7 +50,7 @@ class RestartableRay:
         self._temp_dirs.append(temp_dir)
         return self
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def stop(self, grace_s: float = 2.0) -> None:
         """What `ray stop` does, for this head only: SIGTERM to each of its processes at
         once, SIGKILL to what is left after ``grace_s``. (`ray start --block` alone takes
         half a minute to wind down on SIGTERM.)"""

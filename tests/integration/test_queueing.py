@@ -25,10 +25,9 @@ SLEEPY = "kubetune.examples.sleepy:train"
 SHORT_TRAINING = {"iterations": 6, "delay": 0.3}       # about 2 s per trial
 
 
-def gpu_experiment(name: str, *, gpus: float = 1, bundles: int = 1, config: dict | None = None,
-                   **spec) -> dict:
-    trial = {"resources": {"cpu": 0.5, "gpu": gpus, "bundles": bundles},
-             "config": config or SHORT_TRAINING, **spec.pop("trial", {})}
+def gpu_experiment(name: str, *, gpus: float = 1, bundles: int = 1, **spec) -> dict:
+    trial = {"resources": {"cpu": 0.5, "gpu": gpus, "bundles": bundles}, "config": SHORT_TRAINING,
+             **spec.pop("trial", {})}
     return experiment(name, entrypoint=QUADRATIC, trial=trial, **spec)
 
 
@@ -57,7 +56,8 @@ def request_withdrawn() -> bool:
 
 class Sampler(threading.Thread):
     """Samples, until stopped, what a user would see: the Trials' phases and messages,
-    the Experiment's queue reason and Queued condition, and the GPUs Ray has."""
+    the Experiment's queue reason and Queued condition; and what Ray has: the standing
+    autoscaler request and the GPUs of its nodes."""
 
     def __init__(self, api, namespace: str, name: str) -> None:
         super().__init__(daemon=True)
@@ -81,6 +81,7 @@ class Sampler(threading.Thread):
                                         if (t.get("status") or {}).get("phase") == "Queued"],
                     "queue_reason": status.get("queueReason", ""),
                     "queued_condition": condition(body, "Queued"),
+                    "requested_gpus": sum(b.get("GPU", 0) for b in requested_bundles()),
                     "gpus": gpus})
                 self._done.wait(0.2)
         except BaseException as error:  # noqa: BLE001 - reported by stop()
@@ -106,9 +107,6 @@ def test_gpu_trials_queue_while_the_autoscaler_adds_nodes(autoscaling_operator, 
     finally:
         samples = sampler.stop()
 
-    print("SAMPLES", [(s["running"], len(s["queued_messages"]), s["gpus"]) for s in samples])
-    print("REASONS", {s["queue_reason"] for s in samples}, {m for s in samples for m in s["queued_messages"]})
-    print("OPLOG", autoscaling_operator.log()[-6000:])
     # queued with the reason, on the Trials and summed up on the Experiment
     trial_reasons = {m for s in samples for m in s["queued_messages"]}
     assert "waiting for 1 GPU (0 free of 0); scale-up requested" in trial_reasons, trial_reasons
@@ -118,7 +116,9 @@ def test_gpu_trials_queue_while_the_autoscaler_adds_nodes(autoscaling_operator, 
     queued_conditions = [s["queued_condition"] for s in samples if s["queued_condition"]]
     assert any(c["status"] == "True" and c["reason"] == "TrialsQueued" and "each needs 1 GPU" in c["message"]
                for c in queued_conditions), queued_conditions
-    # the autoscaler added both GPU nodes, and never was a trial running without a GPU for it
+    # the demand reached the autoscaler (held and queued trials: one GPU each) ...
+    assert max(s["requested_gpus"] for s in samples) == 6
+    # ... which added both GPU nodes, and never was a trial running without a GPU for it
     assert samples[0]["gpus"] == 0 and max(s["gpus"] for s in samples) == 2
     oversubscribed = [s for s in samples if s["running"] > s["gpus"]]
     assert not oversubscribed, oversubscribed
@@ -149,10 +149,10 @@ def test_trial_needing_eight_gpus_fails_fast_naming_gpu_and_node_type(autoscalin
     assert not any(bundle.get("GPU", 0) >= 8 for bundle in requested_bundles())
 
 
-def gated_experiment(name: str, gate, *, trials_: int, **spec) -> dict:
+def gated_experiment(name: str, gate, *, count: int, **spec) -> dict:
     """1-GPU trials that report once, then wait for ``gate`` (a file) before two more reports."""
     return experiment(name, entrypoint=SLEEPY, objective={"metric": "step", "mode": "max"},
-                      budget={"maxTrials": trials_, "parallelism": trials_},
+                      budget={"maxTrials": count, "parallelism": count},
                       trial={"resources": {"cpu": 0.5, "gpu": 1},
                              "config": {"iterations": 3, "interval": 0.2, "hold_after": 1, "gate": str(gate)}},
                       **spec)
@@ -162,11 +162,11 @@ def test_two_experiments_share_the_cluster_and_priority_goes_first(autoscaling_o
                                                                    module_namespace, tmp_path):
     api, ns = experiments_api, module_namespace
     gate = tmp_path / "gate"
-    create(api, ns, gated_experiment("low", gate, trials_=4))
+    create(api, ns, gated_experiment("low", gate, count=4))
     # both GPUs held by "low" (its trials wait at the gate), its other two trials queued
     wait_for(lambda: sorted(phases(api, ns, "low").values()) == ["Queued", "Queued", "Running", "Running"],
              timeout=120, interval=0.2, message="low: 2 running, 2 queued")
-    create(api, ns, gated_experiment("high", gate, trials_=2, priority=10))
+    create(api, ns, gated_experiment("high", gate, count=2, priority=10))
     wait_for(lambda: list(phases(api, ns, "high").values()) == ["Queued", "Queued"],
              timeout=60, interval=0.2, message="high: 2 queued")
     assert get_experiment(api, ns, "high")["status"]["queueReason"] == \
@@ -191,7 +191,7 @@ def test_two_bundle_trial_starts_only_when_both_bundles_fit(autoscaling_operator
     import ray
     api, ns = experiments_api, module_namespace
     gate = tmp_path / "gate"
-    create(api, ns, gated_experiment("hold", gate, trials_=1))
+    create(api, ns, gated_experiment("hold", gate, count=1))
     wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(api, ns, "hold")] == [1],
              timeout=120, interval=0.2, message="hold-0 running on a GPU node")
     create(api, ns, gpu_experiment("pair", bundles=2, budget={"maxTrials": 1}))

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from autoscaler_fixtures import RayHead, _free_port
+from autoscaler_fixtures import RayHead, free_port
 from k8s_helpers import condition, create, experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from operator_fixtures import OperatorProcess
@@ -30,7 +30,7 @@ def ray_head():
 @pytest.fixture
 def operator_on_head(kube_cluster, ray_head, namespace, tmp_path):
     process = OperatorProcess(kube_cluster.kubeconfig, ray_head.address, tmp_path, namespace,
-                              extra_args=("--ingest-port", str(_free_port()))).start()
+                              extra_args=("--ingest-port", str(free_port()))).start()
     yield process
     process.stop()
     if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):

@@ -186,11 +186,11 @@ def test_ray_head_restart_relaunches_trials_from_checkpoints(kube_cluster, ray_r
         body = experiment("phoenix", entrypoint=RESUMABLE, objective=LOSS,
                           search_space={"lr": {"choice": [0.05, 0.1, 0.2]}}, search={"algorithm": "grid"},
                           budget={"maxTrials": 3, "parallelism": 3},
-                          trial={"maxFailures": 0, "config": {"iterations": iterations, "interval": 0.1,
+                          trial={"maxFailures": 0, "config": {"iterations": iterations, "interval": 0.3,
                                                               "checkpoint_every": 2}})
         create(experiments_api, namespace, body)
-        wait_for(lambda: all(len((t.get("status") or {}).get("history") or ()) >= 4
-                             for t in trials(experiments_api, namespace, "phoenix")) or None,
+        wait_for(lambda: sum(len((t.get("status") or {}).get("history") or ()) >= 4
+                             for t in trials(experiments_api, namespace, "phoenix")) == 3,
                  timeout=60, message="three trials past iteration 4")
         stopped_at = time.monotonic()
         ray_restartable.stop()
@@ -217,3 +217,48 @@ def test_ray_head_restart_relaunches_trials_from_checkpoints(kube_cluster, ray_r
         first_run = attempts.count(0)
         assert 4 <= first_run < iterations and len(set(pids[:first_run])) == 1
         assert not set(pids[:first_run]) & set(pids[first_run:])
+
+
+def test_pbt_exploits_and_explores_with_lineage_on_the_trials(operator, experiments_api, namespace):
+    iterations = 12
+    body = experiment("pbt", entrypoint=RESUMABLE, objective=LOSS,
+                      search_space={"lr": {"loguniform": [0.01, 0.9]}}, search={"algorithm": "random", "seed": 3},
+                      scheduler={"type": "pbt", "maxIterations": iterations, "perturbationInterval": 3,
+                                 "quantileFraction": 0.25, "resampleProbability": 0.0},
+                      budget={"maxTrials": 4, "parallelism": 4},
+                      trial={"config": {"iterations": iterations, "interval": 0.15}})
+    create(experiments_api, namespace, body)
+    wait_condition(experiments_api, namespace, "pbt", "Succeeded", timeout=90, operator=operator)
+    items = {t["metadata"]["name"]: t for t in trials(experiments_api, namespace, "pbt")}
+    exploited = [t for t in items.values() if t["status"].get("lineage")]
+    assert exploited, "no trial exploited another"
+    checked = 0
+    for trial in items.values():
+        status = trial["status"]
+        assert status["phase"] == "Succeeded", (status.get("message"), status.get("failures"), status.get("lineage"))
+        lineage = status.get("lineage") or []
+        # one entry per iteration up to 12; it jumps ahead only where it took a donor's
+        # checkpoint from further on (Ray Tune's PBT does the same)
+        steps = column(trial, "iteration")
+        assert steps[0] == 1 and steps[-1] == iterations
+        assert all(b == a + 1 or b > a and b - 1 in {e["iteration"] for e in lineage} for a, b in zip(steps, steps[1:]))
+        if not lineage:
+            assert set(column(trial, "attempt")) == {0} and "parent" not in status
+            continue
+        last = lineage[-1]
+        assert status["parent"] == last["from"] != trial["metadata"]["name"]
+        assert status["attempt"] >= len(lineage)
+        # after its last exploit it ran with the explored rate, from the donor's state
+        k, lr = last["iteration"], last["params"]["lr"]
+        after = [h for h in status["history"] if h["iteration"] > k]
+        assert after and {h["lr"] for h in after} == {lr} and {h["attempt"] for h in after} == {status["attempt"]}
+        donor = items[last["from"]]["status"]
+        if any(event["iteration"] < k for event in donor.get("lineage") or ()):
+            continue      # the donor's own history before k may have been rewritten since
+        donor_at_k = donor["history"][k - 1]
+        assert donor_at_k["iteration"] == k
+        assert after[0]["loss"] == pytest.approx(step(donor_at_k["loss"], lr), rel=1e-12)   # exploit
+        assert lr / donor_at_k["lr"] == pytest.approx(0.8) or lr / donor_at_k["lr"] == pytest.approx(1.2) \
+            or lr in (0.01, 0.9)                                                              # explore
+        checked += 1
+    assert checked >= 1

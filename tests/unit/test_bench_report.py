@@ -15,7 +15,7 @@ def test_tiny_metrics_and_ratio_of_medians():
                 {"makespan_s": 8.0, "trials_done": 200, "results": 2000}]
     raytune = [{"makespan_s": 200.0, "trials_done": 200, "results": 2000}]
     runs = {"tiny": {"kubetune": kubetune, "raytune": raytune}}
-    summary = summarize(runs, workloads(), quick=False)["tiny"]
+    summary = summarize(runs, workloads())["tiny"]
     assert summary["kubetune"]["trials_per_s"] == pytest.approx(25.0)      # median of 20, 40, 25
     assert summary["kubetune"]["results_per_s"] == pytest.approx(250.0)
     assert summary["raytune"]["trials_per_s"] == pytest.approx(1.0)
@@ -27,7 +27,7 @@ def test_tiny_metrics_and_ratio_of_medians():
 
 def test_failed_runs_are_left_out_of_the_medians():
     runs = {"tiny": {"kubetune": [{"error": "exit 1"}, {"makespan_s": 4.0, "trials_done": 8, "results": 80}]}}
-    assert summarize(runs, workloads(), quick=False)["tiny"]["kubetune"]["trials_per_s"] == pytest.approx(2.0)
+    assert summarize(runs, workloads())["tiny"]["kubetune"]["trials_per_s"] == pytest.approx(2.0)
 
 
 def test_efficiency_is_ideal_over_actual_and_ramp_up_is_excluded_from_slot_use():
@@ -100,7 +100,7 @@ def test_table_shows_every_measured_workload_and_its_target():
                  "raytune": [{"makespan_s": 200.0, "trials_done": 200, "results": 2000}]},
         "core": {"core": [{"decisions": 1000, "seconds": 0.5, "events": 3000, "trials": 100}]},
     }
-    rows = report.summary_rows(summarize(runs, workloads(), quick=False))
+    rows = report.summary_rows(summarize(runs, workloads()))
     text = report.text_table(rows)
     assert "1. Tiny trials" in text and "40.0×" in text and ">= 10.0: met" in text
     assert "5. Core only" in text and "2,000" in text

@@ -31,9 +31,12 @@ from kubetune.bench.workloads import Workload, workloads
 
 LOCAL = ("tiny", "efficiency", "throughput")
 ALL = LOCAL + ("kube", "core")
-# Ray Tune with its defaults everywhere; with reuse_actors=True as well where the
-# difference matters most and the run stays short (the tiny trials)
-TUNE_SIDES = {"tiny": ("raytune", "raytune-reuse"), "efficiency": ("raytune",), "throughput": ("raytune",)}
+# Ray Tune's defaults start an actor per trial (~1 trial/s here): the anchor of issue 7,
+# run for the tiny trials together with reuse_actors=True.  The efficiency workload
+# (400 trials) runs Ray Tune with reuse_actors=True only: its best case, and with the
+# defaults a single run would take 7-10 minutes.  Throughput: 32 trials on 32 slots,
+# where reusing actors changes nothing.
+TUNE_SIDES = {"tiny": ("raytune", "raytune-reuse"), "efficiency": ("raytune-reuse",), "throughput": ("raytune",)}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -78,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         bench.kube(specs, repeats)
 
     result["wall_s"] = time.time() - started
-    result["summary"] = summarize(result["runs"], specs, args.quick)
+    result["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    result["summary"] = summarize(result["runs"], specs)
     rows = report.summary_rows(result["summary"])
     table = report.text_table(rows)
-    (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "bench.json").write_text(json.dumps({**result, "runs": _without_series(result["runs"])},
+                                               indent=1, default=str))
     (out / "bench.md").write_text(report.markdown(result, rows) + "\n")
     print()
     print(table)
@@ -95,9 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _without_series(runs: dict[str, dict[str, list]]) -> dict[str, dict[str, list]]:
+    """The runs without their per-result series (offered_at, lags...): those went into
+    the per-run figures and would make the file megabytes long."""
+    return {key: {side: [{k: v for k, v in run.items() if not isinstance(v, list)} for run in side_runs]
+                  for side, side_runs in sides.items()} for key, sides in runs.items()}
+
+
 def _describe(w: Workload) -> dict[str, Any]:
     return {"trials": w.trials, "concurrency": w.concurrency, "cpus": w.cpus, "reports": w.reports,
-            "rate": w.rate, "function": w.function}
+            "rate": w.rate, "function": w.function, "barrier": w.barrier}
 
 
 class _Bench:
@@ -165,55 +177,84 @@ def _headline(key: str, figures: dict[str, Any]) -> str:
     return f"{figures['makespan_s']:.1f} s, {figures['trials_done']} trials, {figures['results']} results"
 
 
-def summarize(runs: dict[str, dict[str, list]], specs: dict[str, Workload], quick: bool) -> dict[str, Any]:
-    """Medians of the per-run metrics, and the ratios, per workload (see report.summary_rows)."""
-    def ok(side_runs):
-        return [r for r in side_runs if "error" not in r]
+def _with_tune_side(sides: dict[str, Any]) -> dict[str, Any]:
+    """Name the Ray Tune run compared against: ``raytune`` (defaults) if it ran, else
+    ``raytune-reuse``."""
+    for side in ("raytune", "raytune-reuse"):
+        if sides.get(side):
+            return {**sides, "tune_side": side}
+    return sides
+
+
+def run_metrics(key: str, run: dict[str, Any], specs: dict[str, Workload]) -> dict[str, float | None]:
+    """The figures of one run (``key``: a workload, ``kube-<workload>`` or ``core``)."""
+    if key == "core":
+        return report.core_metrics(run)
+    if key.startswith("kube-"):
+        metrics = report.kube_metrics(run)
+        if key == "kube-throughput":
+            w = specs["throughput"]
+            metrics.update(report.throughput_metrics(run, nominal_rate=w.trials * w.rate))
+        return metrics
+    w = specs[key]
+    if key == "tiny":
+        return report.tiny_metrics(run)
+    if key == "efficiency":
+        return report.efficiency_metrics(run, trials=w.trials, trial_seconds=w.trial_seconds,
+                                         slots=w.concurrency, rate=w.rate)
+    return report.throughput_metrics(run, nominal_rate=w.trials * w.rate)
+
+
+def summarize(runs: dict[str, dict[str, list]], specs: dict[str, Workload]) -> dict[str, Any]:
+    """Medians over the repeats of each run's figures, and the ratios, per workload (see
+    report.summary_rows).  Each run gets its figures as ``metrics``; failed runs are left out."""
+    def sides(key: str) -> dict[str, dict[str, float | None]]:
+        medians = {}
+        for side, side_runs in (runs.get(key) or {}).items():
+            for run in side_runs:
+                if "error" not in run:
+                    run["metrics"] = run_metrics(key, run, specs)
+            measured = [run["metrics"] for run in side_runs if "metrics" in run]
+            if measured:
+                medians[side] = report.medians(measured)
+        return medians
 
     summary: dict[str, Any] = {}
-    if "tiny" in runs:
-        w = specs["tiny"]
-        sides = {side: report.medians([report.tiny_metrics(r) for r in ok(rs)]) for side, rs in runs["tiny"].items()}
-        kt, rt, rr = sides.get("kubetune", {}), sides.get("raytune", {}), sides.get("raytune-reuse", {})
-        summary["tiny"] = {**sides, "label": f"{w.trials} × {w.reports} reports, {w.concurrency} concurrent",
+    w = specs["tiny"]
+    tiny = sides("tiny")
+    if tiny:
+        kt, rt, rr = tiny.get("kubetune", {}), tiny.get("raytune", {}), tiny.get("raytune-reuse", {})
+        summary["tiny"] = {**tiny, "label": f"{w.trials} × {w.reports} reports, {w.concurrency} concurrent",
                            "ratio_trials": report.ratio(kt.get("trials_per_s"), rt.get("trials_per_s")),
                            "ratio_results": report.ratio(kt.get("results_per_s"), rt.get("results_per_s")),
                            "ratio_trials_reuse": report.ratio(kt.get("trials_per_s"), rr.get("trials_per_s")),
                            "ratio_results_reuse": report.ratio(kt.get("results_per_s"), rr.get("results_per_s"))}
-    if "efficiency" in runs:
-        w = specs["efficiency"]
-        summary["efficiency"] = {
-            side: report.medians([report.efficiency_metrics(r, trials=w.trials, trial_seconds=w.trial_seconds,
-                                                            slots=w.concurrency, rate=w.rate) for r in ok(rs)])
-            for side, rs in runs["efficiency"].items()}
-        summary["efficiency"]["label"] = (f"{w.trials} trials × {w.trial_seconds:g} s in {w.reports} steps, "
-                                          f"{w.concurrency} slots")
-    if "throughput" in runs:
-        w = specs["throughput"]
-        summary["throughput"] = {
-            side: report.medians([report.throughput_metrics(r, nominal_rate=w.trials * w.rate) for r in ok(rs)])
-            for side, rs in runs["throughput"].items()}
-        summary["throughput"]["label"] = (f"{w.trials} trials × {w.rate:g} results/s × {w.trial_seconds:g} s")
+    w = specs["efficiency"]
+    efficiency = sides("efficiency")
+    if efficiency:
+        summary["efficiency"] = {**_with_tune_side(efficiency), "label": (
+            f"{w.trials} trials × {w.trial_seconds:g} s in {w.reports} steps, {w.concurrency} slots")}
+    w = specs["throughput"]
+    throughput = sides("throughput")
+    if throughput:
+        summary["throughput"] = {**_with_tune_side(throughput),
+                                 "label": f"{w.trials} trials × {w.rate:g} results/s × {w.trial_seconds:g} s"}
     kube: dict[str, Any] = {}
     for key in ("tiny", "throughput", "size"):
-        side_runs = ok((runs.get(f"kube-{key}") or {}).get("kubetune", []))
-        if not side_runs:
+        measured = sides(f"kube-{key}").get("kubetune")
+        if not measured:
             continue
         w = specs["tiny" if key == "size" else key]
+        done = next(r["trials_done"] for r in runs[f"kube-{key}"]["kubetune"] if "metrics" in r)
         label = {"tiny": f"workload 1 ({w.trials} × {w.reports})",
                  "throughput": f"workload 3 ({w.trials} × {w.rate:g}/s × {w.trial_seconds:g} s)",
-                 "size": f"{side_runs[0]['trials_done']} tiny trials"}[key]
-        kube[key] = {"kubetune": report.medians([report.kube_metrics(r) for r in side_runs]), "label": label}
-        if key == "throughput":
-            kube[key]["kubetune"].update(report.medians(
-                [report.throughput_metrics(r, nominal_rate=w.trials * w.rate) for r in side_runs]))
+                 "size": f"{done} tiny trials"}[key]
+        kube[key] = {"kubetune": measured, "label": label}
     if kube:
         summary["kube"] = kube
-    if "core" in runs:
-        core_runs = ok(runs["core"].get("core", []))
-        if core_runs:
-            summary["core"] = {"kubetune": report.medians([report.core_metrics(r) for r in core_runs]),
-                               "label": f"{core_runs[0]['trials']:,} simulated trials, ASHA, random search"}
+    core = sides("core").get("core")
+    if core:
+        summary["core"] = {"kubetune": core, "label": f"{core['trials']:,.0f} simulated trials, ASHA, random search"}
     return summary
 
 

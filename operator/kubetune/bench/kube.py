@@ -264,7 +264,7 @@ class KubeBench:
                  timeout_s: float) -> dict[str, Any]:
         api = self._custom()
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": name},
-                "spec": workload.kubetune_spec()}
+                "spec": workload.kubetune_spec(barrier_dir=tempfile.mkdtemp(prefix="barrier-", dir=self.workdir))}
         before = self.write_counts()
         started = time.time()
         api.create_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", body)

@@ -17,11 +17,11 @@ from kubetune.bench.workloads import Workload
 def run(workload: Workload) -> dict[str, Any]:
     from kubetune.local_run import run_experiment
 
-    body = {"apiVersion": "kubetune.dev/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "bench", "namespace": "bench", "generation": 1, "uid": str(uuid.uuid4())},
-            "spec": workload.kubetune_spec()}
     processed = _ProcessedClock(workload.results)
     with tempfile.TemporaryDirectory(prefix="kt-bench-") as storage:
+        body = {"apiVersion": "kubetune.dev/v1alpha1", "kind": "Experiment",
+                "metadata": {"name": "bench", "namespace": "bench", "generation": 1, "uid": str(uuid.uuid4())},
+                "spec": workload.kubetune_spec(barrier_dir=f"{storage}/barrier")}
         started = time.time()
         controller, store = asyncio.run(run_experiment(
             body, ray_address="local", checkpoint_storage=storage, show=False, on_cycle=processed))

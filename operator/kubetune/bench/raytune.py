@@ -21,7 +21,7 @@ def run(workload: Workload, *, reuse_actors: bool) -> dict[str, Any]:
         started = time.time()
         tuner = tune.Tuner(
             tune.with_resources(TUNE_FUNCTIONS[workload.function], {"cpu": 1}),
-            param_space={"x": tune.uniform(0.0, 1.0), **workload.config},
+            param_space={"x": tune.uniform(0.0, 1.0), **workload.config(barrier_dir=f"{storage}/barrier")},
             tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=workload.trials,
                                         max_concurrent_trials=workload.concurrency,
                                         reuse_actors=reuse_actors),

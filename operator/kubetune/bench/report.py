@@ -152,6 +152,8 @@ def fmt(value: float | None, unit: str = "") -> str:
         return "–"
     if unit == "x":
         return f"{value:.1f}×"
+    if unit == "ratio":
+        return f"{value:.3f}"
     if unit == "%":
         return f"{value:.1%}"
     if unit == "KiB":
@@ -189,24 +191,24 @@ def summary_rows(summary: Mapping[str, Any]) -> list[Row]:
                      _pair(tiny.get("ratio_results"), tiny.get("ratio_results_reuse"), "x"), ""))
     eff = summary.get("efficiency")
     if eff:
-        kt, rt = eff["kubetune"], eff.get("raytune") or {}
-        label = f"2. Bookkeeping efficiency ({eff['label']})"
-        rows.append((label, "ideal / actual makespan", fmt(kt.get("efficiency")), fmt(rt.get("efficiency")),
-                     fmt(ratio(kt.get("efficiency"), rt.get("efficiency")), "x"),
-                     target_text("efficiency", kt.get("efficiency"), fmt(kt.get("efficiency")))))
+        kt, rt = eff["kubetune"], eff.get(eff.get("tune_side", "raytune")) or {}
+        label = f"2. Bookkeeping efficiency ({eff['label']}){_tune_note(eff)}"
+        rows.append((label, "ideal / actual makespan", fmt(kt.get("efficiency"), "ratio"),
+                     fmt(rt.get("efficiency"), "ratio"), fmt(ratio(kt.get("efficiency"), rt.get("efficiency")), "x"),
+                     target_text("efficiency", kt.get("efficiency"), fmt(kt.get("efficiency"), "ratio"))))
         rows.append((label, "makespan (ideal " + fmt(kt.get("ideal_s"), "s") + ")", fmt(kt.get("makespan_s"), "s"),
                      fmt(rt.get("makespan_s"), "s"), "", ""))
         rows.append((label, "slot use after ramp-up", fmt(kt.get("busy_after_rampup"), "%"),
                      fmt(rt.get("busy_after_rampup"), "%"), "", ""))
     thr = summary.get("throughput")
     if thr:
-        kt, rt = thr["kubetune"], thr.get("raytune") or {}
-        label = f"3. Result throughput ({thr['label']})"
-        rows.append((label, "processed / offered", fmt(kt.get("processed_over_offered")),
-                     fmt(rt.get("processed_over_offered")),
+        kt, rt = thr["kubetune"], thr.get(thr.get("tune_side", "raytune")) or {}
+        label = f"3. Result throughput ({thr['label']}){_tune_note(thr)}"
+        rows.append((label, "processed / offered", fmt(kt.get("processed_over_offered"), "ratio"),
+                     fmt(rt.get("processed_over_offered"), "ratio"),
                      fmt(ratio(kt.get("processed_over_offered"), rt.get("processed_over_offered")), "x"),
                      target_text("processed_over_offered", kt.get("processed_over_offered"),
-                                 fmt(kt.get("processed_over_offered")))))
+                                 fmt(kt.get("processed_over_offered"), "ratio"))))
         rows.append((label, "results/s processed (offered)",
                      f"{fmt(kt.get('processed_per_s'))} ({fmt(kt.get('offered_per_s'))})",
                      f"{fmt(rt.get('processed_per_s'))} ({fmt(rt.get('offered_per_s'))})", "", ""))
@@ -219,9 +221,9 @@ def summary_rows(summary: Mapping[str, Any]) -> list[Row]:
         label = f"{number}. With Kubernetes write-back: {k['label']}"
         m = k["kubetune"]
         rows.append((label, "API writes / result (with Events)",
-                     f"{fmt(m.get('writes_per_result'))} ({fmt(m.get('writes_per_result_with_events'))})", "", "",
-                     target_text("writes_per_result", m.get("writes_per_result"), fmt(m.get("writes_per_result")))
-                     if key == "throughput" else ""))
+                     f"{fmt(m.get('writes_per_result'), 'ratio')} ({fmt(m.get('writes_per_result_with_events'), 'ratio')})",
+                     "", "", target_text("writes_per_result", m.get("writes_per_result"),
+                                         fmt(m.get("writes_per_result"), "ratio"))))
         size_key = "experiment_bytes_1000" if key == "size" else ""
         rows.append((label, "Experiment object size", fmt(m.get("experiment_bytes"), "KiB"), "", "",
                      target_text(size_key, m.get("experiment_bytes"), fmt(m.get("experiment_bytes"), "KiB"))
@@ -236,6 +238,10 @@ def summary_rows(summary: Mapping[str, Any]) -> list[Row]:
                      f"{fmt(m.get('decisions_per_s'))} ({fmt(m.get('events_per_s'))})", "", "",
                      f"{fmt(m.get('seconds'), 's')} for {fmt(m.get('trials'))} trials"))
     return rows
+
+
+def _tune_note(workload: Mapping[str, Any]) -> str:
+    return "; Ray Tune with reuse_actors=True" if workload.get("tune_side") == "raytune-reuse" else ""
 
 
 def _pair(default: float | None, reuse: float | None, unit: str = "") -> str:
@@ -290,7 +296,8 @@ def markdown(result: Mapping[str, Any], rows: Sequence[Row]) -> str:
         f"Machine: {machine['cpus']} cores ({machine.get('cpu_model') or 'unknown CPU'}), "
         f"{machine['memory_gib']:.1f} GiB, {machine['os']}, Python {machine['python']}, Ray {machine['ray']}, "
         f"kubetune {machine['kubetune']} (git {machine['git_commit']}{'+dirty' if machine.get('git_dirty') else ''}), "
-        f"load average at start {machine.get('loadavg_start', '?')}",
+        f"load average (1, 5, 15 min) at start {machine.get('loadavg_start', '?')}, "
+        f"at the end {machine.get('loadavg_end', '?')}",
         "",
         "Ray Tune column: defaults (a new actor per trial) / `reuse_actors=True` where two figures are shown.",
         "",

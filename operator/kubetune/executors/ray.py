@@ -26,8 +26,10 @@ actors of an experiment once and re-attaches by trial key.
 
 Results.  ``poll`` fires one ``fetch(after_seq)`` per trial, then waits for all of
 them together: one round trip for any number of trials.  With ``wait_s`` > 0 it is
-a long poll: the actors answer as soon as they have something new, and the fetches
-that did not answer yet stay in flight and are reused by the next poll.
+a long poll: the poll returns as soon as one actor answered (at most ``wait_s``);
+each actor holds its fetch until it has something new (at most ``FETCH_HOLD_S``), and
+the fetches that did not answer yet stay in flight and are reused by the next poll,
+so there is always one waiting when a trial reports.
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ ACTOR_PREFIX = "kubetune/"
 WORKER_MARK = "#w-"        # never part of a Kubernetes name, so never a trial's
 PG_MARK = "#pg-"
 ACTOR_THREADS = 16         # fetch/stop/describe are served while the function runs
+FETCH_HOLD_S = 2.0         # longest an actor holds a long-polling fetch with nothing new
 NODE_TYPES_REFRESH_S = 300.0   # an autoscaling config changes rarely (a `ray up` of a new one)
 
 
@@ -221,6 +224,10 @@ class RayExecutor:
         else:
             worker = self._create_worker(req, shape, launch)
             ack = worker.handle.describe.remote()
+        if req.checkpoint and f"/{req.trial_key}/" not in req.checkpoint:
+            # Another trial's checkpoint (PBT): the trial copies it as it starts; wait for
+            # that, since its owner keeps it only until the operator fetches a newer one.
+            ray.wait([ack], timeout=self.rpc_timeout_s)
         with self._lock:
             self._slots[req.trial_key] = _Slot(worker, req.attempt, ack=ack)
         return LaunchInfo(req.trial_key, worker.name, attached=False,
@@ -365,12 +372,13 @@ class RayExecutor:
             elif slot.inflight is not None and slot.inflight[1] <= after:
                 calls[key] = slot.inflight
             else:
-                slot.inflight = (slot.worker.handle.fetch.remote(key, after, limit, wait_s), after)
+                hold = max(wait_s, FETCH_HOLD_S) if wait_s > 0 else 0.0
+                slot.inflight = (slot.worker.handle.fetch.remote(key, after, limit, hold), after)
                 calls[key] = slot.inflight
         refs = [ref for ref, _ in calls.values()]
         if refs:
             if wait_s > 0:
-                ray.wait(refs, num_returns=1, timeout=wait_s + self.rpc_timeout_s)
+                ray.wait(refs, num_returns=1, timeout=wait_s)
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             else:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.rpc_timeout_s)

@@ -3,19 +3,22 @@
 Ray keeps the autoscaler's config to itself: neither the GCS (``ray.nodes()``, the
 cluster resource state, the autoscaler's status in the internal KV) nor
 ``ray.autoscaler.v2.sdk.get_cluster_status`` names the node types a cluster may grow
-by, only the nodes it has and the node types of those.  The config is a file on the
-head node, named on the command line of the autoscaler's process (``monitor.py
---autoscaling-config=...``, as ``ray start --head --autoscaling-config`` and ``ray up``
-start it).  So a zero-CPU task pinned to the head node finds that process, by the GCS
-port it serves, and reads the file.
+by, only the nodes it has.  The config is found from the head node, so a zero-CPU
+task pinned there (``_head_autoscaling_config``) reads it where the autoscaler does:
 
-No autoscaler process on the head, or one without a config (a fixed-size cluster:
-Ray then runs the autoscaler read-only), means the cluster cannot grow: None.  Where
-the autoscaler runs outside the head's process namespace (KubeRay's sidecar) its
-config is not visible this way, and the cluster is treated as fixed-size too.
+- ``ray start --head --autoscaling-config=FILE`` (and ``ray up``): the file named on
+  the command line of the autoscaler process (``monitor.py``) serving this GCS;
+- KubeRay (the autoscaler runs in a sidecar the head cannot see): the RayCluster
+  named by ``RAY_CLUSTER_NAME``, fetched with the head pod's service account (the
+  one KubeRay's autoscaler uses) and turned into a config by Ray's own KubeRay code.
+
+No autoscaler (an autoscaler without a config is Ray's read-only one, on a fixed-size
+cluster; a RayCluster without ``enableInTreeAutoscaling``) means the cluster cannot
+grow: None.
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import ray
@@ -24,10 +27,10 @@ import ray
 HEAD_NODE_RESOURCE = "node:__internal_head__"
 
 
-def _find_autoscaling_config() -> dict[str, Any] | None:
-    """Runs on the head node: the config of the autoscaler serving this cluster's GCS;
-    {} for an autoscaler without one; None when no autoscaler process is found.
-    Imports inside: this function is shipped by value, so the head's workers need
+def _head_autoscaling_config() -> dict[str, Any] | None:
+    """Runs on the head node: the autoscaling config of this cluster, {} when there is
+    an autoscaler without one, None when none is found.  Self-contained (imports
+    inside, no module globals): Ray ships it by value, so the head's workers need
     nothing of kubetune."""
     import os
 
@@ -43,9 +46,8 @@ def _find_autoscaling_config() -> dict[str, Any] | None:
             continue
         if not any(a.endswith("monitor.py") and "autoscaler" in a for a in args):
             continue
-        serves = any(a.startswith("--gcs-address=") and a.rpartition(":")[2] == port for a in args)
-        if not serves:
-            continue
+        if not any(a.startswith("--gcs-address=") and a.rpartition(":")[2] == port for a in args):
+            continue   # another cluster's autoscaler on this machine
         path = next((a.split("=", 1)[1] for a in args if a.startswith("--autoscaling-config=")), None)
         if path is None and "--autoscaling-config" in args[:-1]:
             path = args[args.index("--autoscaling-config") + 1]
@@ -56,12 +58,25 @@ def _find_autoscaling_config() -> dict[str, Any] | None:
             path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
         with open(path) as f:
             return yaml.safe_load(f) or {}
-    return None
+
+    name = os.environ.get("RAY_CLUSTER_NAME")     # set by KubeRay in every Ray pod
+    if not name:
+        return None
+    namespace = os.environ.get("RAY_CLUSTER_NAMESPACE")
+    if not namespace:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            namespace = f.read().strip()
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+    from ray.autoscaler._private.kuberay.node_provider import KubernetesHttpApiClient
+    ray_cluster = KubernetesHttpApiClient(namespace=namespace).get(f"rayclusters/{name}")
+    if not ray_cluster.get("spec", {}).get("enableInTreeAutoscaling"):
+        return {}
+    return _derive_autoscaling_config_from_ray_cr(ray_cluster)
 
 
 def node_type_shapes(config: dict[str, Any] | None) -> list[dict[str, float]] | None:
-    """The resources of each node type the autoscaler may launch (``max_workers`` > 0),
-    from an autoscaling config; None if it launches none."""
+    """The resources of each worker node type the autoscaler may launch (``max_workers``
+    > 0), from an autoscaling config; None if it launches none."""
     if not config or config.get("max_workers", 1) == 0:
         return None
     head_type = config.get("head_node_type")
@@ -75,10 +90,10 @@ def node_type_shapes(config: dict[str, Any] | None) -> list[dict[str, float]] | 
 
 def read_node_types(timeout_s: float) -> list[dict[str, float]] | None:
     """Node type shapes of the connected cluster's autoscaler (Ray resource dicts), or
-    None when it cannot grow.  Raises (a Ray error, or GetTimeoutError) if the head
-    does not answer: "unknown" must not be mistaken for "cannot grow"."""
+    None when it cannot grow.  Raises (a Ray error, GetTimeoutError) when the head does
+    not answer: "unknown" must not be mistaken for "cannot grow"."""
     task = ray.remote(num_cpus=0, resources={HEAD_NODE_RESOURCE: 0.001}, max_retries=0)(
-        _by_value(_find_autoscaling_config))
+        _shipped_by_value(_head_autoscaling_config))
     ref = task.remote()
     try:
         config = ray.get(ref, timeout=timeout_s)
@@ -88,10 +103,9 @@ def read_node_types(timeout_s: float) -> list[dict[str, float]] | None:
     return node_type_shapes(config)
 
 
-def _by_value(function):
-    """A copy of ``function`` that Ray ships by value (as it does a script's functions):
-    by reference, the head's worker would have to import kubetune to run it."""
-    import types
+def _shipped_by_value(function: types.FunctionType) -> types.FunctionType:
+    """A copy of a self-contained ``function`` that Ray pickles by value, as it does a
+    script's functions; by reference, the head's worker would import kubetune."""
     copy = types.FunctionType(function.__code__, {"__builtins__": __builtins__}, function.__name__,
                               function.__defaults__, function.__closure__)
     copy.__module__ = "__main__"

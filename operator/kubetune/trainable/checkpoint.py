@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 META_FILE = ".kubetune_checkpoint.json"
 _NAME = re.compile(r"^checkpoint-(\d{6,})$")
@@ -88,8 +88,10 @@ class CheckpointStore:
     # ---------------------------------------------------------------- public
 
     def persist(self, local_dir: str | os.PathLike, iteration: int,
-                metrics: Mapping[str, Any]) -> str:
-        """Copy ``local_dir`` in as the checkpoint of ``iteration``; return its location."""
+                metrics: Mapping[str, Any], also_keep: Iterable[str] = ()) -> str:
+        """Copy ``local_dir`` in as the checkpoint of ``iteration``; return its location.
+        ``also_keep``: checkpoints retention must not delete (those the operator knows of,
+        which it may resume from or hand to another trial)."""
         source = os.fspath(local_dir)
         if not os.path.isdir(source):
             raise CheckpointError(f"report(checkpoint={source!r}): not a directory")
@@ -100,7 +102,7 @@ class CheckpointStore:
             location = self._persist_remote(source, name, meta)
         else:
             location = self._persist_local(source, name, meta)
-        self._apply_retention(protect=location)
+        self._apply_retention(protect=location, also_keep=also_keep)
         return location
 
     def list(self) -> list[StoredCheckpoint]:
@@ -184,7 +186,7 @@ class CheckpointStore:
         else:
             shutil.rmtree(os.path.join(self.trial_dir, entry), ignore_errors=True)
 
-    def _apply_retention(self, protect: str) -> None:
+    def _apply_retention(self, protect: str, also_keep: Iterable[str] = ()) -> None:
         stored = self.list()
         keep = {c.location for c in stored[-self.keep_last:]}
         if self.keep_best:
@@ -192,6 +194,7 @@ class CheckpointStore:
             scored.sort(key=lambda c: c.metrics[self.metric], reverse=self.mode == "max")
             keep |= {c.location for c in scored[: self.keep_best]}
         keep.add(protect)
+        keep |= set(also_keep)
         for checkpoint in stored:
             if checkpoint.location not in keep:
                 self._delete(checkpoint.location.rsplit("/", 1)[-1])

@@ -33,6 +33,10 @@ from kubetune.trainable.output import LineBuffer
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 TERMINAL = (COMPLETED, FAILED, STOPPED)
 TRACEBACK_TAIL_CHARS = 4000
+# A long-polling fetch woken by a report lingers this long for more: a function that
+# ends right after its last report then delivers its ending in the same batch, which
+# saves the operator a round trip per trial (and batches fast reporters)
+FETCH_LINGER_S = 0.005
 
 
 class EntrypointError(ImportError):
@@ -113,6 +117,13 @@ class FunctionRunner:
                                           metric=metric, mode=mode))
         self._store: CheckpointStore | None = None
         self._restored: str | None = None
+        self._restore_error: Exception | None = None
+        # Checkpoints the operator knows of (or will, from a batch it fetched): it may resume
+        # from them or hand them to another trial (PBT), so retention keeps them: the latest
+        # among the results it fetched past (``after_seq``), and all fetched after those.
+        self._acked = 0                     # results the operator fetched past (count)
+        self._delivered = 0                 # results it was handed (count)
+        self._acked_checkpoint = checkpoint
         self._results: list[dict] = []
         self._iteration = start_iteration
         self._latest_checkpoint = checkpoint
@@ -128,6 +139,13 @@ class FunctionRunner:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        if self.launch_checkpoint is not None and f"/{self.trial_key}/" not in self.launch_checkpoint:
+            # Another trial's checkpoint (a PBT exploit): copy it before this returns, while
+            # that trial's retention still keeps it (the executor waits for this start).
+            try:
+                self._restored = materialize(self.launch_checkpoint)
+            except Exception as exc:  # noqa: BLE001 - the trial fails with it, in get_checkpoint
+                self._restore_error = exc
         self._thread = threading.Thread(target=self._run, name=f"trial:{self.trial_key}",
                                         daemon=True)
         self._thread.start()
@@ -202,7 +220,8 @@ class FunctionRunner:
         iteration = self._iteration + 1
         location = None
         if checkpoint is not None:
-            location = self._checkpoint_store().persist(checkpoint, iteration, clean)
+            location = self._checkpoint_store().persist(checkpoint, iteration, clean,
+                                                        also_keep=self._known_checkpoints())
         result = {"seq": self.last_seq + 1, "iteration": iteration, "timestamp": time.time(),
                   "metrics": clean, "checkpoint": location}
         with self._changed:
@@ -215,12 +234,19 @@ class FunctionRunner:
         if stop:
             raise api.TrialStopped()
 
+    def _known_checkpoints(self) -> set[str]:
+        with self._changed:
+            known = {r["checkpoint"] for r in self._results[self._acked:self._delivered] if r["checkpoint"]}
+            return known | ({self._acked_checkpoint} if self._acked_checkpoint else set())
+
     def get_config(self) -> dict:
         return dict(self.config)
 
     def get_checkpoint(self) -> str | None:
         if self.launch_checkpoint is None:
             return None
+        if self._restore_error is not None:
+            raise self._restore_error
         if self._restored is None:
             self._restored = materialize(self.launch_checkpoint)
         return self._restored
@@ -244,15 +270,24 @@ class FunctionRunner:
 
         The state is terminal only once this batch holds the last result, so the
         error of a failed function always arrives after everything it reported.
-        With ``wait_s`` > 0, waits that long for something new first.
+        With ``wait_s`` > 0, waits that long for something new first (and, once woken
+        by a report, ``FETCH_LINGER_S`` more for the function to end).
         """
         with self._changed:
             if wait_s > 0 and self.last_seq <= after_seq and self._state == RUNNING:
                 self._changed.wait_for(
                     lambda: self.last_seq > after_seq or self._state != RUNNING, wait_s)
+                if self._state == RUNNING and self.last_seq > after_seq:
+                    self._changed.wait_for(lambda: self._state != RUNNING, FETCH_LINGER_S)
             start = max(after_seq - self.start_seq, 0)
             batch = self._results[start:start + limit]
             more = start + len(batch) < len(self._results)
+            acked = min(max(after_seq - self.start_seq, 0), len(self._results))
+            if acked > self._acked:
+                self._acked_checkpoint = next((r["checkpoint"] for r in reversed(self._results[self._acked:acked])
+                                               if r["checkpoint"]), self._acked_checkpoint)
+                self._acked = acked
+            self._delivered = max(self._delivered, start + len(batch))
             state = RUNNING if more else self._state
             return {"trial_key": self.trial_key, "attempt": self.attempt, "results": batch,
                     "state": state, "error": self._error if state == FAILED else "",

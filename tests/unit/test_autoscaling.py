@@ -1,0 +1,191 @@
+"""Autoscaling-aware queueing, the pure parts (issue 5): node types from autoscaling
+configs, the Experiment's queue summary and Queued condition, and the aggregated
+autoscaler request of a ClusterHandle (driven here by a scripted executor; the
+integration tests run the real one against Ray's fake autoscaler)."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetune.controller import render
+from kubetune.controller.clusters import ClusterHandle
+from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.core.types import ExperimentSummary
+from kubetune.executors.base import ClusterResources, NodeResources, RayUnavailableError
+from kubetune.executors.ray_autoscaler import node_type_shapes
+
+REPO = Path(__file__).resolve().parents[2]
+GPU = Resources(cpu=2, gpu=1)
+
+
+# ---------------------------------------------------------------- node types from a config
+
+def test_node_types_are_the_worker_types_that_can_be_launched():
+    config = {"max_workers": 3, "head_node_type": "head",
+              "available_node_types": {
+                  "head": {"resources": {"CPU": 8}, "max_workers": 0},
+                  "gpu": {"resources": {"CPU": 4, "GPU": 1}, "max_workers": 2},
+                  "retired": {"resources": {"CPU": 64, "GPU": 8}, "max_workers": 0},
+                  "cpu": {"resources": {"CPU": 16}}}}
+    assert node_type_shapes(config) == [{"CPU": 4.0, "GPU": 1.0}, {"CPU": 16.0}]
+
+
+@pytest.mark.parametrize("config", [None, {}, {"max_workers": 0, "available_node_types": {
+    "gpu": {"resources": {"GPU": 1}, "max_workers": 2}}}])
+def test_no_autoscaler_or_one_that_launches_nothing_means_cannot_grow(config):
+    assert node_type_shapes(config) is None
+
+
+def test_kuberay_example_cluster_offers_its_gpu_worker_group():
+    # what the head task computes on KubeRay: Ray's own RayCluster -> autoscaling config
+    from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
+    ray_cluster = yaml.safe_load((REPO / "examples/kuberay/raycluster.yaml").read_text())
+    ray_cluster["metadata"]["namespace"] = "default"
+    shapes = [Resources.from_ray(s) for s in node_type_shapes(_derive_autoscaling_config_from_ray_cr(ray_cluster))]
+    assert [(s.cpu, s.gpu) for s in shapes] == [(4, 0), (4, 1)]
+    head_only = ResourceLedger()
+    head_only.set_capacity(Resources(), [Resources()], shapes)
+    assert head_only.feasibility([Resources(cpu=1, gpu=1)]) is None
+
+
+# ---------------------------------------------------------------- queue summary
+
+def gpu_ledger(nodes: int, node_types: list[Resources] | None = (GPU,)) -> ResourceLedger:
+    ledger = ResourceLedger()
+    ledger.set_capacity(Resources(cpu=2 * nodes, gpu=nodes), [GPU] * nodes or [Resources()],
+                        list(node_types) if node_types is not None else None)
+    return ledger
+
+
+def test_summary_counts_queued_trials_and_says_what_each_needs():
+    ledger = gpu_ledger(0)
+    owners = [f"ns/exp/exp-{i}" for i in range(3)]
+    for owner in owners:
+        ledger.set_waiting(owner, [Resources(cpu=0.5, gpu=1)])
+    assert ledger.queue_summary(owners) == "3 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+    assert ledger.queue_summary(owners[:1]) == "1 trial queued: each needs 1 GPU, 0 free; scale-up requested"
+    assert ledger.queue_summary(["ns/exp/unknown"]) == ""
+
+
+def test_summary_of_a_multi_bundle_trial_on_a_cluster_that_cannot_grow():
+    ledger = gpu_ledger(2, node_types=None)
+    assert ledger.try_acquire("ns/other/t", [Resources(cpu=1, gpu=1)])
+    ledger.set_waiting("ns/exp/pair", [Resources(cpu=0.5, gpu=1)] * 2)
+    assert ledger.queue_summary(["ns/exp/pair"]) == "1 trial queued: each needs 2 GPU, 1 free"
+
+
+def test_summary_of_a_fragmented_cluster_says_one_node_is_needed():
+    ledger = ResourceLedger()
+    ledger.set_capacity(Resources(cpu=4), [Resources(cpu=2)] * 2, None)
+    ledger.set_waiting("ns/exp/big", [Resources(cpu=3)])
+    assert ledger.queue_summary(["ns/exp/big"]) == \
+        "1 trial queued: waiting for 3 CPU on one node (4 CPU free across 2 nodes)"
+
+
+# ---------------------------------------------------------------- Queued condition
+
+def summary(queued: int, reason: str = "") -> ExperimentSummary:
+    return ExperimentSummary(counts={"Queued": queued, "Running": 1}, created=queued + 1, best_trial=None,
+                             best_params=None, best_metric=None, best_iteration=None, queue_reason=reason,
+                             finished=None, max_trials=10)
+
+
+def queued_condition(status: dict) -> dict | None:
+    return next((c for c in status["conditions"] if c["type"] == "Queued"), None)
+
+
+def test_queued_condition_follows_the_queue():
+    reason = "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+    never = render.experiment_status(summary(0), total=10, previous={}, generation=1, now=0.0, suspended=False)
+    assert queued_condition(never) is None
+    queued = render.experiment_status(summary(2, reason), total=10, previous=never, generation=1, now=1.0,
+                                      suspended=False)
+    assert {k: queued_condition(queued)[k] for k in ("status", "reason", "message")} == \
+        {"status": "True", "reason": "TrialsQueued", "message": reason}
+    assert queued["queueReason"] == reason
+    drained = render.experiment_status(summary(0), total=10, previous=queued, generation=1, now=2.0,
+                                       suspended=False)
+    assert {k: queued_condition(drained)[k] for k in ("status", "reason", "message")} == \
+        {"status": "False", "reason": "NoneQueued", "message": ""}
+
+
+# ---------------------------------------------------------------- the autoscaler request
+
+class ScriptedExecutor:
+    """Answers like RayExecutor from a script: the cluster's nodes, its node types, and
+    a record of every request_resources call."""
+
+    def __init__(self, nodes: list[dict], node_types=(GPU,), fail_node_types: str = "") -> None:
+        self.nodes = nodes
+        self._node_types = list(node_types)
+        self.fail_node_types = fail_node_types
+        self.requests: list[list[dict]] = []
+
+    def connect(self) -> None:
+        pass
+
+    def cluster_resources(self) -> ClusterResources:
+        total: dict[str, float] = {}
+        for node in self.nodes:
+            for k, v in node.items():
+                total[k] = total.get(k, 0.0) + v
+        return ClusterResources(total, dict(total), [NodeResources(f"n{i}", "", n, n) for i, n in enumerate(self.nodes)])
+
+    def node_types(self):
+        if self.fail_node_types:
+            raise RayUnavailableError("10.0.0.1:6379", self.fail_node_types)
+        return self._node_types
+
+    def request_resources(self, bundles) -> None:
+        self.requests.append(bundles)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_request_names_held_and_waiting_bundles_and_is_withdrawn_when_nothing_waits():
+    async def scenario():
+        clock, executor = Clock(), ScriptedExecutor([{"CPU": 2, "GPU": 1}])
+        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()
+        assert executor.requests == [[]]         # a stale request of an earlier operator is dropped
+        ledger, bundle = handle.ledger, [Resources(cpu=0.5, gpu=1)]
+        assert ledger.autoscaling and ledger.try_acquire("ns/e/t0", bundle)
+        for name in ("t1", "t2"):      # as the runner queues a trial
+            ledger.set_waiting(f"ns/e/{name}", bundle)
+            assert not ledger.try_acquire(f"ns/e/{name}", bundle)
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert executor.requests[-1] == [{"CPU": 0.5, "GPU": 1.0}] * 3
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert len(executor.requests) == 2       # unchanged: not sent again
+        ledger.release("ns/e/t1")
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert executor.requests[-1] == [{"CPU": 0.5, "GPU": 1.0}] * 2
+        ledger.release("ns/e/t2")
+        await handle.sync_autoscaler_request()  # e.g. the Experiment was deleted
+        assert executor.requests[-1] == []
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert len(executor.requests) == 4
+    asyncio.run(scenario())
+
+
+def test_unreadable_node_types_make_the_cluster_unavailable_not_fixed_size():
+    async def scenario():
+        executor = ScriptedExecutor([{"CPU": 2}], fail_node_types="cannot read the autoscaler's node types")
+        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=Clock())
+        assert not await handle.ensure_connected()
+        assert handle.last_error == "cannot reach Ray at 10.0.0.1:6379: cannot read the autoscaler's node types"
+        assert not handle.ledger.capacity_known
+    asyncio.run(scenario())
