@@ -1,5 +1,6 @@
 """Nothing lost (issue 6): retries from checkpoints, a killed worker, an operator killed
-ten times, a Ray head restarted, checkpoint retention and deletion, PBT lineage.
+ten times, a Ray head restarted, checkpoint retention and deletion, suspend and resume,
+PBT lineage.
 
 Trials run ``kubetune.examples.resumable``: its losses are a pure function of the
 learning rate and the iteration, so each test computes the history a Trial must show."""
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from k8s_helpers import condition, create, experiment, get_experiment, trials, wait_condition
+from k8s_helpers import create, experiment, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from kubetune.examples.resumable import expected_losses, step
 from recovery_fixtures import OperatorWithEnv
@@ -33,6 +34,12 @@ def only_trial(api, namespace: str, name: str) -> dict:
     items = trials(api, namespace, name)
     assert [t["metadata"]["name"] for t in items] == [f"{name}-0"]
     return items[0]
+
+
+def first_status(api, namespace: str, name: str) -> dict:
+    """The status of the experiment's first Trial; {} until it has one."""
+    items = trials(api, namespace, name)
+    return (items[0].get("status") or {}) if items else {}
 
 
 def column(trial: dict, key: str) -> list:
@@ -67,8 +74,7 @@ def test_retries_resume_from_checkpoints_and_respect_max_failures(operator, expe
         create(experiments_api, namespace, body)
 
     def held_trial():
-        items = trials(experiments_api, namespace, "killed")
-        status = (items[0].get("status") or {}) if items else {}
+        status = first_status(experiments_api, namespace, "killed")
         return status if status.get("iteration") == 4 and len(status.get("history") or ()) == 4 else None
     held = wait_for(held_trial, timeout=60, message="the trial to wait after iteration 4")
     victim = held["history"][-1]["pid"]
@@ -262,3 +268,26 @@ def test_pbt_exploits_and_explores_with_lineage_on_the_trials(operator, experime
             or lr in (0.01, 0.9)                                                              # explore
         checked += 1
     assert checked >= 1
+
+
+def test_suspend_pauses_at_a_checkpoint_and_resume_continues_from_it(operator, experiments_api, namespace):
+    iterations = 30
+    # checkpoints only when a pause asks for one
+    create(experiments_api, namespace, resumable("nap", config={"iterations": iterations, "interval": 0.1,
+                                                                "checkpoint_every": 0}))
+    wait_for(lambda: len(first_status(experiments_api, namespace, "nap").get("history") or ()) >= 3,
+             timeout=60, message="a few iterations")
+    experiments_api.patch_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "experiments", "nap",
+                                                   {"spec": {"suspend": True}})
+    paused = wait_for(lambda: (status := first_status(experiments_api, namespace, "nap")).get("phase") == "Paused"
+                      and "checkpoint" in status and status, timeout=60, message="the trial paused at a checkpoint")
+    k = paused["checkpointIteration"]
+    assert 3 <= k < iterations and paused["iteration"] == k and os.path.isdir(paused["checkpoint"])
+    assert column({"status": paused}, "iteration") == list(range(1, k + 1))
+    experiments_api.patch_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "experiments", "nap",
+                                                   {"spec": {"suspend": False}})
+    wait_condition(experiments_api, namespace, "nap", "Succeeded", timeout=60, operator=operator)
+    trial = only_trial(experiments_api, namespace, "nap")
+    assert_history_is_the_functions(trial, iterations)
+    assert column(trial, "attempt") == [0] * k + [1] * (iterations - k)     # resumed after k
+    assert not trial["status"].get("failures")

@@ -63,3 +63,27 @@ def test_another_trials_checkpoint_is_copied_when_the_trial_starts(tmp_path):
     shutil.rmtree(donor)                  # the donor's retention moves on
     started.set()
     assert runner.join(10) and runner.state == "completed" and seen == ['{"i": 4}']
+
+
+def test_an_ended_trial_keeps_only_its_latest_checkpoints(tmp_path):
+    fetched = threading.Event()
+    source = tmp_path / "work"
+    source.mkdir()
+
+    def train(config):
+        for i in range(5):
+            if i == 2:
+                fetched.wait(10)
+            kubetune.report({"loss": 1.0}, checkpoint=str(source))
+
+    storage = tmp_path / "storage"
+    runner = FunctionRunner(train, trial_key="ns/exp/exp-0", config={}, storage=str(storage), keep_last=2)
+    runner.start()
+    while runner.last_seq < 2:
+        runner.join(0.01)
+    runner.fetch(0)
+    fetched.set()
+    assert runner.join(10)
+    assert stored(storage) == [1, 2, 4, 5]      # 1 and 2 were handed to the operator
+    runner.trim_checkpoints()                   # the operator has it all: the trial is released
+    assert stored(storage) == [4, 5]

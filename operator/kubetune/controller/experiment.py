@@ -62,7 +62,8 @@ class ExperimentController:
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._platform_queue = PlatformQueue()   # launched pods the kube-scheduler cannot place yet
-        self._checkpoints_to_delete: set[str] = set()   # ended trials (checkpoint.deleteOnCompletion)
+        # ended trials whose checkpoints go (checkpoint.deleteOnCompletion) -> announce it
+        self._checkpoints_to_delete: dict[str, bool] = {}
         self._orphans_checked = False   # actors of trials that ended while no operator watched
 
     # ------------------------------------------------------------------ lifecycle
@@ -194,8 +195,8 @@ class ExperimentController:
         for trial in trials:
             self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
         if spec.checkpoint.delete_on_completion:   # idempotent: an earlier run may have done it
-            self._checkpoints_to_delete |= {name for name, trial in runner.trials.items()
-                                            if trial.phase.is_terminal and trial.checkpoint}
+            self._checkpoints_to_delete.update((name, False) for name, trial in runner.trials.items()
+                                               if trial.phase.is_terminal and trial.checkpoint)
         self._experiment_written = dict(status)
         if trials:
             log.info("%s/%s: restored %d trials", self.namespace, self.name, len(trials))
@@ -297,10 +298,12 @@ class ExperimentController:
         trial = self.runner.trials[decision.name]
         update = await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name),
                                          after_seq=trial.last_seq)
+        recorded = trial.last_seq
         if update is not None and update.results:
             # what it reported up to its pausing checkpoint: it resumes from there
             self.runner.on_trial_paused(decision.name, update.results)
-            self._touched.add(decision.name)
+        if trial.last_seq != recorded:
+            await self._persist_trial(decision.name)
 
     async def _stop_orphans(self) -> None:
         """After a restart: end the runs of trials that are over, paused or unknown (the
@@ -311,7 +314,7 @@ class ExperimentController:
                   if self.runner.trials[name].phase is not TrialPhase.PAUSED}
         for key in keys:
             if key.rsplit("/", 1)[1] not in active:
-                log.info("%s/%s: stopping %s, which ran on after its trial ended", self.namespace, self.name, key)
+                log.info("%s/%s: stopping %s: its trial is not running", self.namespace, self.name, key)
                 await asyncio.to_thread(self.cluster.executor.stop, key)
         self._orphans_checked = True
 
@@ -324,7 +327,7 @@ class ExperimentController:
             return
         from kubetune.trainable.checkpoint import delete_trial_checkpoints
         needed = {self.runner.trials[name].checkpoint for name in self.runner.active_trials()}
-        for name in sorted(self._checkpoints_to_delete):
+        for name, announce in sorted(self._checkpoints_to_delete.items()):
             key = self._trial_key(name)
             if any(location and f"/{key}/" in location for location in needed):
                 continue
@@ -332,13 +335,17 @@ class ExperimentController:
                 await asyncio.to_thread(delete_trial_checkpoints, storage, key)
             except Exception as error:  # noqa: BLE001 - storage trouble must not stop the experiment
                 log.warning("%s/%s: cannot delete the checkpoints of %s: %s", self.namespace, self.name, name, error)
-            self._checkpoints_to_delete.discard(name)
+            else:
+                if announce:   # not again for trials an earlier operator process ended
+                    await self.store.event("Normal", "CheckpointsDeleted",
+                                           f"{name}: its checkpoints were removed (checkpoint.deleteOnCompletion)")
+            self._checkpoints_to_delete.pop(name, None)
 
     async def _stop(self, decision: StopTrial) -> None:
         await self._persist_trial(decision.name)
         await asyncio.to_thread(self.cluster.executor.stop, self._trial_key(decision.name))
         if self.spec.checkpoint.delete_on_completion:
-            self._checkpoints_to_delete.add(decision.name)
+            self._checkpoints_to_delete[decision.name] = True
         if decision.phase is TrialPhase.FAILED:
             await self.store.event("Warning", "TrialFailed", f"{decision.name}: {decision.reason}: {decision.message}"[:1000])
         elif decision.phase is TrialPhase.STOPPED:

@@ -710,6 +710,7 @@ class RayExecutor:
                 pass
             nodes_info = [n for n in ray.nodes() if n.get("Alive")]
         except Exception as exc:  # noqa: BLE001
+            self.disconnect()    # connect afresh next time (Ray Client has no ClusterWatch)
             raise RayUnavailableError(self.address, f"{type(exc).__name__}: {exc}") from exc
         with self._lock:
             idle = [w for ws in self._idle.values() for w in ws]

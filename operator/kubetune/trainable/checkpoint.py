@@ -105,6 +105,12 @@ class CheckpointStore:
         self._apply_retention(protect=location, also_keep=also_keep)
         return location
 
+    def trim(self) -> None:
+        """Apply retention without a new checkpoint (when the trial ends)."""
+        stored = self.list()
+        if stored:
+            self._apply_retention(protect=stored[-1].location)
+
     def list(self) -> list[StoredCheckpoint]:
         """Complete checkpoints of this trial, oldest first."""
         found = []

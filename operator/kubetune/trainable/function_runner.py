@@ -234,6 +234,15 @@ class FunctionRunner:
         if stop:
             raise api.TrialStopped()
 
+    def trim_checkpoints(self) -> None:
+        """The attempt is over and the operator has its results: what retention kept for
+        the operator's sake (``_known_checkpoints``) goes, the latest N (and best) stay."""
+        try:
+            if self._store is not None:
+                self._store.trim()
+        except Exception:  # noqa: BLE001 - storage trouble must not fail the host
+            pass
+
     def _known_checkpoints(self) -> set[str]:
         with self._changed:
             known = {r["checkpoint"] for r in self._results[self._acked:self._delivered] if r["checkpoint"]}

@@ -105,8 +105,10 @@ class TrialHost:
         self._touch()
         with self._lock:
             runner = self._runner
-            if runner is not None and runner.trial_key == trial_key and runner.state != RUNNING:
-                self._released = True
+            if runner is None or runner.trial_key != trial_key or runner.state == RUNNING:
+                return
+            self._released = True
+        runner.trim_checkpoints()
 
     def describe(self) -> dict:
         self._touch()
