@@ -289,13 +289,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 def markdown(result: Mapping[str, Any], rows: Sequence[Row]) -> str:
     machine = result["machine"]
+    start, end = _commit(machine, ""), _commit(machine, "_end")
+    git = start if end in ("", start) else f"{start} at the start, {end} at the end"
     return "\n".join([
         f"Command: `{result['command']}` ({result['repeats']} repeats, medians; "
         f"{'quick smoke sizes' if result['quick'] else 'full sizes'}; took {result['wall_s'] / 60:.1f} min)",
         "",
         f"Machine: {machine['cpus']} cores ({machine.get('cpu_model') or 'unknown CPU'}), "
         f"{machine['memory_gib']:.1f} GiB, {machine['os']}, Python {machine['python']}, Ray {machine['ray']}, "
-        f"kubetune {machine['kubetune']} (git {machine['git_commit']}{'+dirty' if machine.get('git_dirty') else ''}), "
+        f"kubetune {machine['kubetune']} (git {git}), "
         f"load average (1, 5, 15 min) at start {machine.get('loadavg_start', '?')}, "
         f"at the end {machine.get('loadavg_end', '?')}",
         "",
@@ -306,6 +308,11 @@ def markdown(result: Mapping[str, Any], rows: Sequence[Row]) -> str:
 
 
 # ---------------------------------------------------------------- machine
+
+def _commit(machine: Mapping[str, Any], suffix: str) -> str:
+    commit = machine.get(f"git_commit{suffix}") or ""
+    return commit + ("+dirty" if commit and machine.get(f"git_dirty{suffix}") else "")
+
 
 def machine_info(repo: str | None = None) -> dict[str, Any]:
     import sys
@@ -331,7 +338,7 @@ def machine_info(repo: str | None = None) -> dict[str, Any]:
             info[package] = version(package)
         except PackageNotFoundError:
             pass
-    info["git_commit"], info["git_dirty"] = _git(repo)
+    info["git_commit"], info["git_dirty"] = git_state(repo)
     return info
 
 
@@ -357,7 +364,8 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _git(repo: str | None) -> tuple[str, bool]:
+def git_state(repo: str | None = None) -> tuple[str, bool]:
+    """(commit, whether tracked files differ from it) of the checkout this code runs from."""
     cwd = repo or os.path.dirname(os.path.abspath(__file__))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
