@@ -108,3 +108,14 @@ def test_table_shows_every_measured_workload_and_its_target():
                                 "machine": {"cpus": 2, "memory_gib": 8.0, "os": "Linux", "python": "3.11",
                                             "ray": "2.60.0", "kubetune": "0.1.0", "git_commit": "abc"}}, rows)
     assert "| 1. Tiny trials" in markdown and "`python -m kubetune.bench`" in markdown
+
+
+def test_ceiling_is_a_list_schedule_on_slots_opening_late():
+    # 2 slots, one up at 0 s, one at 3 s; 4 trials of 2 s: the first slot runs trials at
+    # 0, 2 and 4 (ends 6), the second one at 3 (ends 5): makespan 6, not 4
+    assert report.ceiling_makespan([0.0, 3.0], trials=4, trial_seconds=2.0) == 6.0
+    # every slot up at once: the ideal
+    assert report.ceiling_makespan([0.0] * 16, trials=400, trial_seconds=1.0) == 25.0
+    figures = report.floor_metrics({"slot_ready_s": [0.0, 3.0]}, trials=4, trial_seconds=2.0, slots=2)
+    assert figures["efficiency"] == 4.0 / 6.0
+    assert (figures["first_slot_s"], figures["last_slot_s"]) == (0.0, 3.0)

@@ -37,6 +37,8 @@ ALL = LOCAL + ("kube", "core")
 # defaults a single run would take 7-10 minutes.  Throughput: 32 trials on 32 slots,
 # where reusing actors changes nothing.
 TUNE_SIDES = {"tiny": ("raytune", "raytune-reuse"), "efficiency": ("raytune-reuse",), "throughput": ("raytune",)}
+# The efficiency workload also measures its ceiling: bare Ray actors, one per slot (floor.py).
+PEER_SIDES = {key: sides + (("ray-floor",) if key == "efficiency" else ()) for key, sides in TUNE_SIDES.items()}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for repeat in range(1, repeats + 1):
         for key in [k for k in LOCAL if k in selected]:
-            sides = ("kubetune",) + (() if args.no_raytune else TUNE_SIDES[key])
+            sides = ("kubetune",) + (() if args.no_raytune else PEER_SIDES[key])
             # alternate the order between repeats so neither side always goes first
             for side in (sides if repeat % 2 else tuple(reversed(sides))):
                 bench.local(side, key, repeat)
@@ -176,6 +178,8 @@ def _headline(key: str, figures: dict[str, Any]) -> str:
         m = report.kube_metrics(figures)
         return (f"{figures['makespan_s']:.1f} s, {m['writes_per_result']:.3f} writes/result, "
                 f"Experiment {figures['experiment_bytes']} B, peak {m['operator_peak_mib'] or 0:.0f} MiB")
+    if "slot_ready_s" in figures:
+        return f"{len(figures['slot_ready_s'])} bare workers up after {max(figures['slot_ready_s']):.2f} s"
     return f"{figures['makespan_s']:.1f} s, {figures['trials_done']} trials, {figures['results']} results"
 
 
@@ -201,6 +205,8 @@ def run_metrics(key: str, run: dict[str, Any], specs: dict[str, Workload]) -> di
     w = specs[key]
     if key == "tiny":
         return report.tiny_metrics(run)
+    if key == "efficiency" and "slot_ready_s" in run:
+        return report.floor_metrics(run, trials=w.trials, trial_seconds=w.trial_seconds, slots=w.concurrency)
     if key == "efficiency":
         return report.efficiency_metrics(run, trials=w.trials, trial_seconds=w.trial_seconds,
                                          slots=w.concurrency, rate=w.rate)

@@ -3,7 +3,8 @@
 ``python -m kubetune.bench.one SIDE WORKLOAD --out FILE [--quick] [--trials N]``
 
 SIDE is ``kubetune``, ``raytune`` (Ray Tune defaults: a new actor per trial) or
-``raytune-reuse`` (``reuse_actors=True``); WORKLOAD a key of ``workloads.workloads()``
+``raytune-reuse`` (``reuse_actors=True``) or ``ray-floor`` (bare Ray actors, one per
+slot: the ceiling, see ``floor.py``); WORKLOAD a key of ``workloads.workloads()``
 or ``core``.  Ray is started here with the workload's logical CPUs (the same for
 every side), in a temporary directory of its own, and shut down at the end; the
 timed part starts after ``ray.init`` returned.  The figures go to FILE as JSON.
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 
-SIDES = ("kubetune", "raytune", "raytune-reuse")
+SIDES = ("kubetune", "raytune", "raytune-reuse", "ray-floor")
 
 
 def run_core(trials: int, parallelism: int = 32) -> dict:
@@ -51,6 +52,9 @@ def run_side(side: str, workload) -> dict:
         if side == "kubetune":
             from kubetune.bench import local
             figures = local.run(workload)
+        elif side == "ray-floor":
+            from kubetune.bench import floor
+            figures = floor.run(workload)
         else:
             from kubetune.bench import raytune
             figures = raytune.run(workload, reuse_actors=side == "raytune-reuse")

@@ -96,6 +96,31 @@ def efficiency_metrics(run: Mapping[str, Any], *, trials: int, trial_seconds: fl
             "first_start_s": (min(s for s, _ in intervals) - run["started"]) if intervals else None}
 
 
+def ceiling_makespan(slot_ready_s: Sequence[float], *, trials: int, trial_seconds: float) -> float:
+    """The shortest makespan of ``trials`` equal trials on slots that open at
+    ``slot_ready_s``: each trial goes to the slot free first, with no gap between trials
+    (a list schedule, optimal for equal jobs)."""
+    import heapq
+
+    free = list(slot_ready_s)
+    heapq.heapify(free)
+    end = 0.0
+    for _ in range(trials):
+        end = heapq.heappop(free) + trial_seconds
+        heapq.heappush(free, end)
+    return max(free) if free else end
+
+
+def floor_metrics(run: Mapping[str, Any], *, trials: int, trial_seconds: float,
+                  slots: int) -> dict[str, float | None]:
+    """Workload 2's ceiling: the efficiency a tuner with zero overhead would reach once
+    Ray brought up the slots' worker processes (``floor.py``)."""
+    ready = run["slot_ready_s"]
+    makespan = ceiling_makespan(ready, trials=trials, trial_seconds=trial_seconds)
+    return {"efficiency": ratio(trials * trial_seconds / slots, makespan), "makespan_s": makespan,
+            "first_slot_s": min(ready), "last_slot_s": max(ready)}
+
+
 def throughput_metrics(run: Mapping[str, Any], *, nominal_rate: float) -> dict[str, float | None]:
     """Workload 3: results processed per second against results offered per second.
 
@@ -200,6 +225,12 @@ def summary_rows(summary: Mapping[str, Any]) -> list[Row]:
                      fmt(rt.get("makespan_s"), "s"), "", ""))
         rows.append((label, "slot use after ramp-up", fmt(kt.get("busy_after_rampup"), "%"),
                      fmt(rt.get("busy_after_rampup"), "%"), "", ""))
+        ceiling = eff.get("ray-floor")
+        if ceiling:
+            rows.append((label, "ceiling: zero-overhead tuner on Ray's cold workers (slots up after "
+                         f"{fmt(ceiling.get('first_slot_s'), 's')}-{fmt(ceiling.get('last_slot_s'), 's')})",
+                         fmt(ceiling.get("efficiency"), "ratio"), "", "",
+                         f"kubetune reaches {fmt(ratio(kt.get('efficiency'), ceiling.get('efficiency')), '%')} of it"))
     thr = summary.get("throughput")
     if thr:
         kt, rt = thr["kubetune"], thr.get(thr.get("tune_side", "raytune")) or {}
