@@ -45,7 +45,8 @@ which runs a whole Experiment with exactly these permissions):
   it needs no peering resources;
 - the controller writes Experiment status, creates Trials (get: an earlier attempt
   created it already), lists them to resume after a restart, writes their status;
-- Events on Experiments (core/v1 Events, create).
+- Events on Experiments (core/v1 Events, create);
+- with podExecutor.enabled, kubetune.podExecutorRules below.
 experiments/finalizers update: the API server's OwnerReferencesPermissionEnforcement
 admission plugin (enabled on e.g. OpenShift) requires it for Trials whose
 ownerReference has blockOwnerDeletion.
@@ -69,4 +70,40 @@ ownerReference has blockOwnerDeletion.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.podExecutor.enabled }}
+{{ include "kubetune.podExecutorRules" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+podExecutor.enabled (spec.executor: pod), the calls of executors/pods.py and the
+ingest endpoint (verified by tests/integration/test_chart_pods.py):
+- per attempt a Pod: created, listed by label each poll, deleted on stop/pause/retry;
+- per trial a Secret (the token: created, read back after a restart and by the ingest
+  endpoint) and a ConfigMap (the params: created, read, patched when a PBT exploit
+  changes them); Kubernetes' garbage collector deletes both with their Trial;
+- pods/log: the log tail of a failed pod;
+- Events listed for the cluster autoscaler's word on pending pods;
+- trials/finalizers update: the Pods, Secrets and ConfigMaps name their Trial as
+  owner with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
+*/}}
+{{- define "kubetune.podExecutorRules" -}}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, create, delete]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [list]
+- apiGroups: [kubetune.dev]
+  resources: [trials/finalizers]
+  verbs: [update]
 {{- end }}

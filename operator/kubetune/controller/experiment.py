@@ -7,6 +7,7 @@ terminations back, and writes status coalesced (controller/coalesce.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any, Callable, Mapping
@@ -65,6 +66,7 @@ class ExperimentController:
         # ended trials whose checkpoints go (checkpoint.deleteOnCompletion) -> announce it
         self._checkpoints_to_delete: dict[str, bool] = {}
         self._orphans_checked = False   # actors of trials that ended while no operator watched
+        self._cloned: dict[str, tuple[str, str]] = {}   # trial -> (donor's checkpoint, its own copy)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,6 +194,9 @@ class ExperimentController:
             return
         runner.restore([render.trial_record(t) for t in trials])
         self.runner = runner
+        # before the first poll: a donor's retention keeps what the operator has not yet seen
+        for name in list(runner.trials):
+            await self._clone_checkpoint(name, spec)
         for trial in trials:
             self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
         if spec.checkpoint.delete_on_completion:   # idempotent: an earlier run may have done it
@@ -223,11 +228,16 @@ class ExperimentController:
             if isinstance(decision, CreateTrial):
                 await self._create_trial(decision)
             elif isinstance(decision, LaunchTrial):
+                source, copy = self._cloned.get(decision.name, (None, None))
+                if decision.checkpoint is not None and decision.checkpoint == source:
+                    decision = dataclasses.replace(decision, checkpoint=copy)   # decided before the copy
                 await self._launch(decision)
             elif isinstance(decision, StopTrial):
                 await self._stop(decision)
             elif isinstance(decision, PauseTrial):
                 await self._pause(decision)
+                if decision.clone_from:
+                    await self._clone_checkpoint(decision.name)
             elif isinstance(decision, FinishExperiment):
                 kind = "Normal" if decision.phase == "Succeeded" else "Warning"
                 await self.store.event(kind, decision.reason, decision.message)
@@ -304,6 +314,29 @@ class ExperimentController:
             self.runner.on_trial_paused(decision.name, update.results)
         if trial.last_seq != recorded:
             await self._persist_trial(decision.name)
+
+    async def _clone_checkpoint(self, name: str, spec: ExperimentSpec | None = None) -> None:
+        """A PBT exploit: copy the donor's checkpoint into the trial's own storage now, while
+        the donor still keeps it (its retention keeps the checkpoints among results not yet
+        acknowledged by the next poll), so the trial never continues from, or retries from,
+        a checkpoint the donor has deleted meanwhile."""
+        source = self.runner.borrowed_checkpoint(name)
+        storage = (spec or self.spec).checkpoint.storage or self._default_storage
+        if source is None or not storage:
+            return
+        from kubetune.trainable.checkpoint import clone_checkpoint
+        trial = self.runner.trials[name]
+        try:
+            copy = await asyncio.to_thread(clone_checkpoint, source, storage, self._trial_key(name),
+                                           trial.checkpoint_iteration)
+        except Exception as error:  # noqa: BLE001 - storage the operator cannot reach: as before, the donor's
+            log.warning("%s/%s: cannot copy %s for %s: %s", self.namespace, self.name, source, name, error)
+            await self.store.event("Warning", "CheckpointNotCopied",
+                                   f"{name}: continues from {source} in place (copy failed: {error})"[:1000])
+            return
+        if self.runner.on_checkpoint_cloned(name, source, copy):
+            self._cloned[name] = (source, copy)
+            self._touched.add(name)
 
     async def _stop_orphans(self) -> None:
         """After a restart: end the runs of trials that are over, paused or unknown (the

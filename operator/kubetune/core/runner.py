@@ -323,8 +323,9 @@ class TrialRunner:
         self._set_phase(trial, PAUSED)
         trial.reason, trial.message = decision.reason, decision.message
         self._release(trial)
-        decisions: list[Decision] = [PauseTrial(trial.name, decision.reason, decision.message)]
         donor = self._trials.get(decision.clone_from) if decision.clone_from else None
+        decisions: list[Decision] = [PauseTrial(trial.name, decision.reason, decision.message,
+                                                clone_from=donor.name if donor is not None else None)]
         if donor is None:
             return decisions
         # PBT exploit: continue from the donor's checkpoint with explored parameters.
@@ -337,6 +338,23 @@ class TrialRunner:
         if self._counts[RUNNING] >= self.spec.budget.parallelism:
             return decisions        # parallelism was lowered: the next step relaunches it
         return decisions + self._try_launch(trial, now)
+
+    def borrowed_checkpoint(self, name: str) -> str | None:
+        """The checkpoint a live trial is to continue from, if it lies in another trial's
+        storage (``<storage>/<owner>/checkpoint-*``, a PBT exploit): that trial's retention
+        may delete it, so the controller copies it into this trial's own storage first."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase.is_terminal or not trial.checkpoint:
+            return None
+        return None if f"/{self.owner(name)}/" in trial.checkpoint else trial.checkpoint
+
+    def on_checkpoint_cloned(self, name: str, source: str, location: str) -> bool:
+        """The trial's borrowed checkpoint ``source`` now has a copy of its own at ``location``."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase.is_terminal or trial.checkpoint != source:
+            return False
+        trial.checkpoint = location
+        return True
 
     def on_trial_completed(self, name: str, now: float) -> list[Decision]:
         """The trial's function returned."""

@@ -105,10 +105,12 @@ class StopTrial:
 
 @dataclass(frozen=True)
 class PauseTrial:
-    """Take a running trial off the cluster, keeping its latest checkpoint."""
+    """Take a running trial off the cluster, keeping its latest checkpoint.  With
+    ``clone_from`` (a PBT exploit) it continues from that trial's checkpoint instead."""
     name: str
     reason: str
     message: str = ""
+    clone_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,61 @@ def materialize(location: str, dest_parent: str | None = None) -> str:
     return target
 
 
+CLONE_PREFIX = "exploit-"
+_CLONE_TMP_PREFIX = ".exploit-tmp-"     # not ".tmp-": the trial's own retention deletes those
+
+
+def clone_checkpoint(location: str, storage: str, trial_key: str, iteration: int) -> str:
+    """Copy another trial's checkpoint (a PBT exploit) into ``trial_key``'s own directory,
+    as ``exploit-<iteration>``; returns its location.
+
+    Retention (of either trial) only deletes ``checkpoint-*`` entries, so the copy stays
+    until the trial's storage goes; the trial's earlier copies are removed (it continues
+    from this one, and no other trial points into its storage).
+    """
+    trial_dir = _join(_strip_file_scheme(storage), trial_key)
+    name = f"{CLONE_PREFIX}{iteration:06d}"
+    final = _join(trial_dir, name)
+    tmp_name = f"{_CLONE_TMP_PREFIX}{uuid.uuid4().hex[:8]}"
+    if has_scheme(storage):
+        fs, root = _fsspec(trial_dir)
+        source_fs, source = _fsspec(location)
+        try:
+            if not source_fs.isdir(source):
+                raise CheckpointError(f"checkpoint {location!r} does not exist")
+            fs.makedirs(root, exist_ok=True)
+            fs.copy(source.rstrip("/") + "/", _join(root, tmp_name) + "/", recursive=True)
+            if fs.exists(_join(root, name)):
+                fs.rm(_join(root, name), recursive=True)
+            fs.mv(_join(root, tmp_name), _join(root, name), recursive=True)
+            stale = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+            for entry in stale:
+                if entry != name and entry.startswith((CLONE_PREFIX, _CLONE_TMP_PREFIX)):
+                    fs.rm(_join(root, entry), recursive=True)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # fsspec backends raise many types
+            raise CheckpointError(f"cannot copy checkpoint {location} to {final}: {exc}") from exc
+        return final
+    source = _strip_file_scheme(location)
+    if not os.path.isdir(source):
+        raise CheckpointError(f"checkpoint {location!r} does not exist")
+    os.makedirs(trial_dir, exist_ok=True)
+    tmp = os.path.join(trial_dir, tmp_name)
+    try:
+        shutil.copytree(source, tmp, symlinks=True)
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"cannot copy checkpoint {location} to {final}: {exc}") from exc
+    for entry in os.listdir(trial_dir):
+        if entry != name and entry.startswith((CLONE_PREFIX, _CLONE_TMP_PREFIX)):
+            shutil.rmtree(os.path.join(trial_dir, entry), ignore_errors=True)
+    return os.path.abspath(final)
+
+
 def delete_trial_checkpoints(storage: str, trial_key: str) -> None:
     """Remove every checkpoint of one trial (``checkpoint.deleteOnCompletion``)."""
     trial_dir = _join(_strip_file_scheme(storage), trial_key)

@@ -1,0 +1,196 @@
+"""charts/kubetune with ``podExecutor.enabled``: what it renders, and a pod Experiment
+run by the operator with nothing but the chart's ServiceAccount token (as in
+test_chart.py), on the kube-scheduler + kwok cluster of pod_fixtures.
+
+The test plays the trial containers (test_pods.Container); the operator, as the
+ServiceAccount, creates each trial's Pod, Secret and ConfigMap, lists Pods and the
+cluster autoscaler's Events, reads a failed pod's log and deletes Pods.
+"""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from k8s_helpers import GROUP, VERSION, create, trials, wait_condition
+from kube_fixtures import wait_for
+from test_chart import ChartOperator, assert_forbidden, by_kind, helm, render  # noqa: F401 (helm: fixture)
+from test_pods import Container, pod_experiment, pods_of
+
+pytestmark = pytest.mark.integration
+
+# exactly what executors/pods.py and the ingest endpoint call, on top of the Ray rules
+POD_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    {"apiGroups": ["kubetune.dev"], "resources": ["trials/finalizers"], "verbs": ["update"]},
+]
+POD_RESOURCES = {"pods", "pods/log", "secrets", "configmaps"}
+
+
+def operator_container(kinds: dict) -> dict:
+    [deployment] = kinds["Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+# ------------------------------------------------------------------ helm template
+
+def test_pod_executor_is_off_by_default(helm, tmp_path):
+    for values in ({}, {"watchNamespaces": ["team-a"]}):
+        kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+        for role in kinds.get("ClusterRole", []) + kinds.get("Role", []):
+            assert not any(set(r["resources"]) & POD_RESOURCES for r in role["rules"]), role["rules"]
+            assert not any("trials/finalizers" in r["resources"] for r in role["rules"])
+        assert [s["metadata"]["name"] for s in kinds["Service"]] == ["kt-kubetune-metrics"]
+        container = operator_container(kinds)
+        assert not any(a.startswith(("--ingest-port", "--ingest-url")) for a in container["args"])
+        assert "POD_NAMESPACE" not in {e["name"] for e in container["env"]}
+        assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
+
+
+def test_pod_executor_cluster_wide_adds_its_rules_service_and_wiring(helm, tmp_path):
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {"podExecutor": {"enabled": True}}))
+    [role] = kinds["ClusterRole"]
+    assert role["rules"][-len(POD_RULES):] == POD_RULES
+    assert "Role" not in kinds
+    [ingest] = [s for s in kinds["Service"] if s["metadata"]["name"] == "kt-kubetune-ingest"]
+    assert ingest["metadata"]["namespace"] == "kubetune-system"
+    assert ingest["spec"]["ports"] == [{"name": "ingest", "port": 8081, "targetPort": "ingest", "protocol": "TCP"}]
+    assert ingest["spec"]["selector"] == kinds["Deployment"][0]["spec"]["selector"]["matchLabels"]
+    container = operator_container(kinds)
+    assert "--ingest-port=8081" in container["args"]
+    assert "--ingest-url=http://kt-kubetune-ingest.kubetune-system.svc:8081" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8082,
+                                                                           "ingest": 8081}
+
+
+def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
+    values = {"watchNamespaces": ["team-a", "team-b"], "podExecutor": {"enabled": True, "ingestPort": 9091}}
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["team-a", "team-b"]
+    for role in kinds["Role"]:
+        assert role["rules"][-len(POD_RULES):] == POD_RULES
+        assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
+    [ingest] = [s for s in kinds["Service"] if s["metadata"]["name"] == "kt-kubetune-ingest"]
+    assert ingest["spec"]["ports"][0]["port"] == 9091
+    container = operator_container(kinds)
+    assert "--ingest-port=9091" in container["args"]
+    assert "--ingest-url=http://kt-kubetune-ingest.kubetune-system.svc:9091" in container["args"]
+    assert {"name": "ingest", "containerPort": 9091, "protocol": "TCP"} in container["ports"]
+
+
+# ------------------------------------------------------------------ against the API server
+
+@pytest.fixture
+def home_namespace(gpu_cluster):
+    """The chart's own namespace on the pod cluster (not a watched one)."""
+    with gpu_cluster.api_client() as api_client:
+        core = client.CoreV1Api(api_client)
+        name = core.create_namespace({"metadata": {"generateName": "kt-chart-pods-"}}).metadata.name
+        try:
+            yield name
+        finally:
+            core.delete_namespace(name)
+
+
+def test_a_pod_experiment_runs_with_only_the_chart_permissions(helm, gpu_cluster, pod_namespace, home_namespace,
+                                                                 tmp_path):
+    ns = pod_namespace
+    # no Ray: pod Experiments never start it
+    operator = ChartOperator(helm, gpu_cluster, "local", tmp_path, release="ktp", home=home_namespace,
+                             values={"watchNamespaces": [ns], "podExecutor": {"enabled": True}})
+    with gpu_cluster.api_client() as admin_client:
+        applied = operator.install(admin_client)
+        assert {"Role", "RoleBinding", "Service"} <= {a["kind"] for a in applied}
+        [role] = [a for a in applied if a["kind"] == "Role"]
+        assert role["metadata"]["namespace"] == ns and role["rules"][-len(POD_RULES):] == POD_RULES
+        core, custom = client.CoreV1Api(admin_client), client.CustomObjectsApi(admin_client)
+        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:
+            sa_core = client.CoreV1Api(sa_client)
+            review = client.AuthenticationV1Api(sa_client).create_self_subject_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+            assert review.status.user_info.username == operator.username
+            try:
+                operator.start([ns])
+                run_pod_experiments(operator, core, custom, sa_core, ns, home_namespace, tmp_path)
+                operator.assert_no_permission_problem()
+            except BaseException:
+                print(operator.log()[-8000:])
+                raise
+            finally:
+                operator.stop()
+
+
+def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str, home: str, tmp_path) -> None:
+    # 1. a failed first attempt, replaced; the second reaches maxIterations and its pod is deleted
+    create(custom, ns, pod_experiment("chartpods", budget={"maxTrials": 1}, scheduler={"maxIterations": 2},
+                                      trial={"maxFailures": 1, "resources": {"cpu": 0.1}}))
+    first_pod = wait_for(lambda: next((p for p in pods_of(core, ns, "chartpods") if p.status.phase == "Running"),
+                                      None), timeout=60, interval=0.2, message="the first attempt's pod")
+    assert first_pod.metadata.name == "chartpods-0-a0"
+    first = Container(core, first_pod, tmp_path)     # its Secret and ConfigMap exist: the operator made them
+    first.session.report({"loss": 0.9})
+    first.exit(1)
+    second_pod = wait_for(lambda: next((p for p in pods_of(core, ns, "chartpods")
+                                        if p.metadata.name == "chartpods-0-a1" and p.status.phase == "Running"),
+                                       None), timeout=60, interval=0.2, message="the second attempt's pod")
+    second = Container(core, second_pod, tmp_path)
+    assert second.token == first.token
+    second.session.report({"loss": 0.5})
+    second.session.report({"loss": 0.4})
+    wait_condition(custom, ns, "chartpods", "Succeeded", timeout=60)
+    wait_for(lambda: [p.metadata.name for p in pods_of(core, ns, "chartpods")] == ["chartpods-0-a0"],
+             timeout=30, interval=0.2, message="the running pod deleted, the failed one kept for its logs")
+    [trial] = trials(custom, ns, "chartpods")
+    assert [h["loss"] for h in trial["status"]["history"]] == [0.5, 0.4]
+    assert "exited with code 1" in trial["status"]["failures"][0]["message"]
+
+    # 2. a pod no node can hold: the Trial shows the scheduler's reason (pods and Events listed)
+    create(custom, ns, pod_experiment("chartbig", budget={"maxTrials": 1}, trial={"resources": {"cpu": 0.1, "gpu": 3}}))
+
+    def queued():
+        found = trials(custom, ns, "chartbig")
+        status = (found[0].get("status") or {}) if found else {}
+        return status if status.get("phase") == "Queued" else None
+    status = wait_for(queued, timeout=60, interval=0.2, message="the Trial Queued by the kube-scheduler")
+    assert status["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in status["message"]
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "chartbig")
+
+    def experiment_gone():
+        try:
+            custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "chartbig")
+        except ApiException as error:
+            return error.status == 404
+        return False
+    wait_for(experiment_gone, timeout=30, message="the Experiment's finalizer removed by the operator")
+
+    # 3. the rest of what the rules allow, called as the ServiceAccount: a pod's log (the
+    # kubelet may have none, kwok: but the API server lets the request through) and a
+    # ConfigMap patch (a PBT exploit's new parameters)
+    try:
+        sa_core.read_namespaced_pod_log("chartpods-0-a0", ns, tail_lines=5)
+    except ApiException as error:
+        assert error.status != 403, error.body
+    params = sa_core.read_namespaced_config_map("chartpods-0-params", ns)
+    sa_core.patch_namespaced_config_map("chartpods-0-params", ns, {"data": params.data})
+    sa_core.read_namespaced_secret("chartpods-0-token", ns)
+
+    # and nothing beyond them
+    assert_forbidden(
+        operator.username,
+        lambda: sa_core.list_namespaced_secret(ns),
+        lambda: sa_core.delete_namespaced_secret("chartpods-0-token", ns),
+        lambda: sa_core.read_namespaced_pod("chartpods-0-a0", ns),
+        lambda: sa_core.patch_namespaced_pod("chartpods-0-a0", ns, {"metadata": {"labels": {"x": "y"}}}),
+        lambda: sa_core.list_namespaced_pod(home),
+        lambda: sa_core.list_pod_for_all_namespaces(),
+        lambda: sa_core.list_namespaced_config_map(home),
+        lambda: sa_core.create_namespaced_secret(home, {"metadata": {"name": "x"}, "stringData": {"a": "b"}}),
+    )
