@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
 
     from kubetune.devcluster.controlplane import ControlPlane
     from kubetune.devcluster.crds import install_crds
+    from kubetune.devcluster.processes import terminate
 
     plane = None
     operator = None
@@ -93,12 +93,8 @@ def main(args: argparse.Namespace) -> int:
             api.delete_namespaced_custom_object("kubetune.dev", "v1alpha1", args.namespace, "experiments", name)
         return 0 if phase == "Succeeded" else 1
     finally:
-        if operator is not None and operator.poll() is None:
-            operator.send_signal(signal.SIGTERM)
-            try:
-                operator.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                operator.kill()
+        if operator is not None:
+            terminate(operator)
         if plane is not None:
             plane.stop()
 

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from kube_fixtures import wait_for
+from kube_fixtures import temporary_namespace, wait_for
+from kubetune.devcluster.processes import free_port
 from operator_fixtures import OperatorProcess
 from ray_fixtures import RAY_ENV, use_test_auth_token
 
@@ -45,12 +45,6 @@ MAX_GPU_NODES = 2
 # test scaled up serve the next tests of the module (a node start costs this 2-core
 # machine several CPU-seconds), while a cluster left alone still shrinks back.
 IDLE_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def autoscaling_config(gcs_port: int) -> dict:
@@ -234,14 +228,8 @@ def scaled_down(autoscaling_ray):
 @pytest.fixture(scope="module")
 def module_namespace(kube_cluster):
     """One namespace for the tests of a module (they share one operator)."""
-    from kubernetes import client
-    with kube_cluster.api_client() as api:
-        core = client.CoreV1Api(api)
-        name = core.create_namespace({"metadata": {"generateName": "kt-queue-"}}).metadata.name
-        try:
-            yield name
-        finally:
-            core.delete_namespace(name)
+    with temporary_namespace(kube_cluster, "kt-queue-") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +240,4 @@ def autoscaling_operator(kube_cluster, autoscaling_ray, module_namespace, tmp_pa
     process = OperatorProcess(kube_cluster.kubeconfig, autoscaling_ray.address, workdir, module_namespace,
                               extra_args=("--ingest-port", str(free_port()))).start()
     yield process
-    process.stop()
-    if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
-        print(process.log()[-5000:])
+    process.stop_and_report()

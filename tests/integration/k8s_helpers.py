@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from kube_fixtures import wait_for
 
 GROUP, VERSION = "kubetune.dev", "v1alpha1"
@@ -30,6 +32,15 @@ def create(api, namespace: str, body: dict) -> dict:
 
 def get_experiment(api, namespace: str, name: str) -> dict:
     return api.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
+
+
+def experiment_gone(api, namespace: str, name: str) -> bool:
+    """Whether the Experiment no longer exists (its deletion waits for the operator's finalizer)."""
+    try:
+        get_experiment(api, namespace, name)
+    except ApiException as error:
+        return error.status == 404
+    return False
 
 
 def trials(api, namespace: str, name: str) -> list[dict]:

@@ -6,22 +6,24 @@ on first use and cached), with kubetune's CRDs installed.  With
 ``KUBETUNE_TEST_KUBECONFIG=<path>`` the tests use that cluster instead (e.g. kind with
 KubeRay); the CRDs are installed into it.
 
-``namespace`` (function): a fresh namespace, deleted after the test.
+``namespace`` (function): a fresh namespace, deleted after the test
+(``temporary_namespace`` makes one for fixtures of other scopes and clusters).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
 from kubetune.devcluster import ControlPlane, ensure_binaries, install_crds
 
-__all__ = ["KubeCluster", "kube_cluster", "namespace", "wait_for"]
+__all__ = ["KubeCluster", "kube_cluster", "namespace", "temporary_namespace", "wait_for"]
 
 
 @dataclass
@@ -46,6 +48,22 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def temporary_namespace(cluster, prefix: str) -> Iterator[str]:
+    """A new namespace named ``<prefix><random>`` on ``cluster`` (anything with
+    ``api_client()``), deleted afterwards."""
+    from kubernetes import client
+
+    with cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        name = core.create_namespace({"metadata": {"generateName": prefix}}).metadata.name
+        try:
+            yield name
+        finally:
+            # the namespace controller finishes the deletion in the background
+            core.delete_namespace(name)
 
 
 @pytest.fixture(scope="session")
@@ -77,14 +95,5 @@ def kube_cluster(request, tmp_path_factory):
 
 @pytest.fixture
 def namespace(kube_cluster):
-    from kubernetes import client
-
-    with kube_cluster.api_client() as api:
-        core = client.CoreV1Api(api)
-        created = core.create_namespace({"metadata": {"generateName": "kt-test-"}})
-        name = created.metadata.name
-        try:
-            yield name
-        finally:
-            # the namespace controller finishes the deletion in the background
-            core.delete_namespace(name)
+    with temporary_namespace(kube_cluster, "kt-test-") as name:
+        yield name

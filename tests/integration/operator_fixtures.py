@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kubetune.devcluster.processes import terminate
+
 __all__ = ["OperatorProcess", "operator", "experiments_api"]
 
 
@@ -45,12 +47,14 @@ class OperatorProcess:
             self.process.wait(30)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            terminate(self.process)
+
+    def stop_and_report(self) -> None:
+        """Stop (fixture teardown); print the log's tail if the operator failed on its own."""
+        self.stop()
+        if self.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
+            print(self.log()[-5000:])
 
     def log(self) -> str:
         return "\n".join(p.read_text() for p in sorted(self.workdir.glob("operator-*.log")))
@@ -60,9 +64,7 @@ class OperatorProcess:
 def operator(kube_cluster, ray_local, namespace, tmp_path):
     process = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, namespace).start()
     yield process
-    process.stop()
-    if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
-        print(process.log()[-5000:])
+    process.stop_and_report()
 
 
 @pytest.fixture

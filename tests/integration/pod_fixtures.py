@@ -11,7 +11,6 @@ bound to a fake node Running, and ends it when a test sets the pod's
 """
 from __future__ import annotations
 
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from kubetune.devcluster import ControlPlane, ensure_binaries
 from kubetune.devcluster.kwok import FakeNodes, ensure_kwok
 from kubetune.devcluster.processes import free_port
+from kube_fixtures import temporary_namespace
 from operator_fixtures import OperatorProcess
 
 __all__ = ["GpuCluster", "gpu_cluster", "pod_namespace", "pod_operator", "GPU_NODES", "GPUS_PER_NODE"]
@@ -67,14 +67,8 @@ def gpu_cluster(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pod_namespace(gpu_cluster):
-    from kubernetes import client
-    with gpu_cluster.api_client() as api:
-        core = client.CoreV1Api(api)
-        name = core.create_namespace({"metadata": {"generateName": "kt-pods-"}}).metadata.name
-        try:
-            yield name
-        finally:
-            core.delete_namespace(name)
+    with temporary_namespace(gpu_cluster, "kt-pods-") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +78,4 @@ def pod_operator(gpu_cluster, pod_namespace, tmp_path_factory):
     process = OperatorProcess(gpu_cluster.kubeconfig, "local", tmp_path_factory.mktemp("pod-operator"),
                               pod_namespace, extra_args=("--ingest-port", str(free_port()))).start()
     yield process
-    process.stop()
-    if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
-        print(process.log()[-5000:])
+    process.stop_and_report()

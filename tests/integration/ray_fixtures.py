@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from kubetune.devcluster.processes import free_port
 
 __all__ = ["ray_local", "start_ray_head", "stop_ray_head"]
 
@@ -40,18 +41,12 @@ def use_test_auth_token() -> str:
 use_test_auth_token()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 60.0,
                    port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
     """Start a Ray head in a new process group; returns (process, address, temp dir).
     ``port``: the GCS port (default: a free one), e.g. to restart a head at its address."""
     ray_bin = Path(sys.executable).with_name("ray")
-    port = port or _free_port()
+    port = port or free_port()
     # A short path: Ray's unix sockets live under it and have a 107-byte limit.
     temp_dir = Path(tempfile.mkdtemp(prefix="kt-ray-", dir="/tmp"))
     use_test_auth_token()
@@ -60,8 +55,8 @@ def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 60.0
     process = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=false",
-         "--object-store-memory=80000000", f"--ray-client-server-port={_free_port()}",
-         f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-port={_free_port()}",
+         "--object-store-memory=80000000", f"--ray-client-server-port={free_port()}",
+         f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-port={free_port()}",
          f"--temp-dir={temp_dir}"],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = f"127.0.0.1:{port}"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from operator_fixtures import OperatorProcess
-from ray_fixtures import _free_port, start_ray_head, stop_ray_head
+from kubetune.devcluster.processes import free_port
+from ray_fixtures import start_ray_head, stop_ray_head
 
 __all__ = ["RestartableRay", "OperatorWithEnv", "ray_restartable"]
 
@@ -39,7 +40,7 @@ class RestartableRay:
     included, share the session of the ``ray start`` process)."""
 
     def __init__(self, num_cpus: int = 4) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.num_cpus = num_cpus
         self.process = None
         self.address = ""

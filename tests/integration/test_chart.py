@@ -10,11 +10,10 @@ Helm is built from its Go module (kubetune.devcluster.helm) on first use and cac
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -26,17 +25,17 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from k8s_helpers import create, experiment, trials
-from kube_fixtures import KubeCluster, wait_for
+from k8s_helpers import GROUP, VERSION, create, experiment, experiment_gone, trials
+from kube_fixtures import KubeCluster, temporary_namespace, wait_for
 from kubectl_wait import wait_for_condition
 from kubetune.devcluster import ControlPlane
 from kubetune.devcluster.helm import ensure_helm
+from kubetune.devcluster.processes import free_port, terminate
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubetune"
-GROUP, VERSION = "kubetune.dev", "v1alpha1"
 FIELD_MANAGER = "kubetune-chart-test"
 
 
@@ -107,12 +106,6 @@ def service_account_kubeconfig(kube_cluster, namespace: str, name: str, path: Pa
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http_get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -142,13 +135,8 @@ def metric_sum(samples: dict, name: str) -> float:
 @pytest.fixture
 def home_namespace(kube_cluster):
     """The namespace the chart is installed in (the operator's own), not a watched one."""
-    with kube_cluster.api_client() as api_client:
-        core = client.CoreV1Api(api_client)
-        name = core.create_namespace({"metadata": {"generateName": "kt-chart-"}}).metadata.name
-        try:
-            yield name
-        finally:
-            core.delete_namespace(name)
+    with temporary_namespace(kube_cluster, "kt-chart-") as name:
+        yield name
 
 
 # ------------------------------------------------------------------ lint / template
@@ -252,13 +240,20 @@ class ChartOperator:
         assert self.process.poll() is None, "the operator exited:\n" + self.log()[-5000:]
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            terminate(self.process)
+
+    @contextlib.contextmanager
+    def running(self, namespaces: list[str]):
+        """Started for ``namespaces``, stopped at the end; its log is printed if the block fails."""
+        try:
+            self.start(namespaces)
+            yield self
+        except BaseException:
+            print(self.log()[-8000:])
+            raise
+        finally:
+            self.stop()
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
@@ -326,13 +321,8 @@ def run_experiment_through(operator: ChartOperator, admin_client, sa_client, nam
     # deletion goes through kopf's finalizer: also within the permissions
     admin.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "rbac")
 
-    def gone():
-        try:
-            admin.get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "rbac")
-        except ApiException as error:
-            return error.status == 404
-        return False
-    wait_for(gone, timeout=30, message="the Experiment's finalizer to be removed by the operator")
+    wait_for(lambda: experiment_gone(admin, namespace, "rbac"), timeout=30,
+             message="the Experiment's finalizer to be removed by the operator")
 
 
 def test_operator_runs_an_experiment_with_only_the_chart_permissions(
@@ -351,25 +341,19 @@ def test_operator_runs_an_experiment_with_only_the_chart_permissions(
         assert deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
         assert FIELD_MANAGER in {m["manager"] for m in deployment["metadata"]["managedFields"]}
 
-        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:
-            try:
-                operator.start([namespace])
-                run_experiment_through(operator, admin_client, sa_client, namespace)
-                sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
-                assert_forbidden(
-                    operator.username,
-                    lambda: sa_core.list_namespaced_secret(namespace),
-                    lambda: sa_core.read_namespaced_secret("anything", namespace),
-                    lambda: sa_custom.list_namespaced_custom_object(GROUP, VERSION, home_namespace, "experiments"),
-                    lambda: sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments"),
-                    lambda: sa_custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "rbac-0"),
-                    lambda: sa_core.list_namespace())
-                operator.assert_no_permission_problem()
-            except BaseException:
-                print(operator.log()[-8000:])
-                raise
-            finally:
-                operator.stop()
+        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client, \
+                operator.running([namespace]):
+            run_experiment_through(operator, admin_client, sa_client, namespace)
+            sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
+            assert_forbidden(
+                operator.username,
+                lambda: sa_core.list_namespaced_secret(namespace),
+                lambda: sa_core.read_namespaced_secret("anything", namespace),
+                lambda: sa_custom.list_namespaced_custom_object(GROUP, VERSION, home_namespace, "experiments"),
+                lambda: sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments"),
+                lambda: sa_custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "rbac-0"),
+                lambda: sa_core.list_namespace())
+            operator.assert_no_permission_problem()
 
 
 @pytest.fixture
@@ -405,23 +389,17 @@ def test_cluster_wide_install_runs_an_experiment_in_any_namespace(helm, private_
         client.CustomObjectsApi(admin_client).create_namespaced_custom_object(
             GROUP, VERSION, "team-a", "experiments", example, dry_run="All")
 
-        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:
-            try:
-                operator.start([])
-                run_experiment_through(operator, admin_client, sa_client, "team-a")
-                sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
-                sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments")   # allowed everywhere
-                assert_forbidden(
-                    operator.username,
-                    lambda: sa_core.list_secret_for_all_namespaces(),
-                    lambda: sa_core.read_namespaced_secret("anything", "team-a"),
-                    lambda: sa_custom.delete_collection_namespaced_custom_object(GROUP, VERSION, "team-a",
-                                                                                "experiments"),
-                    lambda: sa_core.list_namespace(),
-                    lambda: client.ApiextensionsV1Api(sa_client).list_custom_resource_definition())
-                operator.assert_no_permission_problem()
-            except BaseException:
-                print(operator.log()[-8000:])
-                raise
-            finally:
-                operator.stop()
+        with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client, \
+                operator.running([]):
+            run_experiment_through(operator, admin_client, sa_client, "team-a")
+            sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
+            sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments")   # allowed everywhere
+            assert_forbidden(
+                operator.username,
+                lambda: sa_core.list_secret_for_all_namespaces(),
+                lambda: sa_core.read_namespaced_secret("anything", "team-a"),
+                lambda: sa_custom.delete_collection_namespaced_custom_object(GROUP, VERSION, "team-a",
+                                                                            "experiments"),
+                lambda: sa_core.list_namespace(),
+                lambda: client.ApiextensionsV1Api(sa_client).list_custom_resource_definition())
+            operator.assert_no_permission_problem()

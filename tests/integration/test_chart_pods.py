@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from k8s_helpers import GROUP, VERSION, create, trials, wait_condition
-from kube_fixtures import wait_for
+from k8s_helpers import GROUP, VERSION, create, experiment_gone, trials, wait_condition
+from kube_fixtures import temporary_namespace, wait_for
 from test_chart import ChartOperator, assert_forbidden, by_kind, helm, render  # noqa: F401 (helm: fixture)
 from test_pods import Container, pod_experiment, pods_of
 
@@ -91,13 +91,8 @@ def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
 @pytest.fixture
 def home_namespace(gpu_cluster):
     """The chart's own namespace on the pod cluster (not a watched one)."""
-    with gpu_cluster.api_client() as api_client:
-        core = client.CoreV1Api(api_client)
-        name = core.create_namespace({"metadata": {"generateName": "kt-chart-pods-"}}).metadata.name
-        try:
-            yield name
-        finally:
-            core.delete_namespace(name)
+    with temporary_namespace(gpu_cluster, "kt-chart-pods-") as name:
+        yield name
 
 
 def test_a_pod_experiment_runs_with_only_the_chart_permissions(helm, gpu_cluster, pod_namespace, home_namespace,
@@ -117,15 +112,9 @@ def test_a_pod_experiment_runs_with_only_the_chart_permissions(helm, gpu_cluster
             review = client.AuthenticationV1Api(sa_client).create_self_subject_review(
                 {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
             assert review.status.user_info.username == operator.username
-            try:
-                operator.start([ns])
+            with operator.running([ns]):
                 run_pod_experiments(operator, core, custom, sa_core, ns, home_namespace, tmp_path)
                 operator.assert_no_permission_problem()
-            except BaseException:
-                print(operator.log()[-8000:])
-                raise
-            finally:
-                operator.stop()
 
 
 def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str, home: str, tmp_path) -> None:
@@ -163,13 +152,8 @@ def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str,
     assert status["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in status["message"]
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "chartbig")
 
-    def experiment_gone():
-        try:
-            custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "chartbig")
-        except ApiException as error:
-            return error.status == 404
-        return False
-    wait_for(experiment_gone, timeout=30, message="the Experiment's finalizer removed by the operator")
+    wait_for(lambda: experiment_gone(custom, ns, "chartbig"), timeout=30,
+             message="the Experiment's finalizer removed by the operator")
 
     # 3. the rest of what the rules allow, called as the ServiceAccount: a pod's log (the
     # kubelet may have none, kwok: but the API server lets the request through) and a

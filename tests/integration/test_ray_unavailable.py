@@ -5,8 +5,6 @@ is back: the trials lost with the old cluster are relaunched from their checkpoi
 as cluster faults that do not count against maxFailures."""
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from autoscaler_fixtures import RayHead, free_port
@@ -32,9 +30,7 @@ def operator_on_head(kube_cluster, ray_head, namespace, tmp_path):
     process = OperatorProcess(kube_cluster.kubeconfig, ray_head.address, tmp_path, namespace,
                               extra_args=("--ingest-port", str(free_port()))).start()
     yield process
-    process.stop()
-    if process.process.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL, None):
-        print(process.log()[-5000:])
+    process.stop_and_report()
 
 
 def test_ray_stopped_mid_experiment_is_reported_and_the_experiment_completes_when_back(

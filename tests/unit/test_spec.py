@@ -49,6 +49,14 @@ def test_pod_executor_needs_no_entrypoint():
     spec = parse_experiment({"objective": {"metric": "m", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
                              "executor": "pod", "trial": {"template": {"spec": {"containers": [{"name": "t"}]}}}})
     assert spec.trial.entrypoint is None
+    assert spec.trial.metrics_collector == "push"
+
+
+def test_pod_trials_may_collect_metrics_from_stdout():
+    spec = parse_experiment({"objective": {"metric": "m", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
+                             "executor": "pod", "trial": {"metricsCollector": "stdout",
+                                                          "template": {"spec": {"containers": [{"name": "t"}]}}}})
+    assert spec.trial.metrics_collector == "stdout"
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
@@ -122,6 +130,8 @@ BAD = [
     ("trial.maxFailures", -2, "spec.trial.maxFailures", ">= 0"),
     ("trial.queueTimeout", "soon", "spec.trial.queueTimeout", "duration"),
     ("trial.config", {"lr": 0.1}, "spec.trial.config.lr", "also in searchSpace"),
+    ("trial.metricsCollector", "stdout", "spec.trial.metricsCollector", "set spec.executor: pod"),
+    ("trial.metricsCollector", "stderr", "spec.trial.metricsCollector", "push, stdout"),
     ("checkpoint.keepLast", 0, "spec.checkpoint.keepLast", ">= 1"),
     ("checkpoint.deleteOnCompletion", "yes", "spec.checkpoint.deleteOnCompletion", "true or false"),
     ("ray.address", "http://head:8265", "spec.ray.address", "ray://host:port"),

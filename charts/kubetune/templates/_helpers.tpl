@@ -82,7 +82,7 @@ ingest endpoint (verified by tests/integration/test_chart_pods.py):
 - per trial a Secret (the token: created, read back after a restart and by the ingest
   endpoint) and a ConfigMap (the params: created, read, patched when a PBT exploit
   changes them); Kubernetes' garbage collector deletes both with their Trial;
-- pods/log: the log tail of a failed pod;
+- pods/log: the log tail of a failed pod, and the results of `metricsCollector: stdout` trials;
 - Events listed for the cluster autoscaler's word on pending pods;
 - trials/finalizers update: the Pods, Secrets and ConfigMaps name their Trial as
   owner with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).

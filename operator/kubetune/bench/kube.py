@@ -21,7 +21,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kubetune.bench.workloads import Workload
+from kubetune.devcluster.processes import free_port, terminate
 
 GROUP, VERSION = "kubetune.dev", "v1alpha1"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
@@ -63,12 +63,6 @@ def count_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, 
     return {key: value for key, value in sorted(delta.items()) if value}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RayHead:
     """``ray start --head --block`` in its own process group, ended with its group."""
 
@@ -80,14 +74,14 @@ class RayHead:
         self.address = ""
 
     def start(self, timeout_s: float = 120.0) -> "RayHead":
-        port = _free_port()
+        port = free_port()
         log_path = self.temp_dir / "head.log"
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
              "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}", "--num-gpus=0",
              "--include-dashboard=false", "--object-store-memory=100000000",
-             f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-             f"--dashboard-port={_free_port()}", f"--temp-dir={self.temp_dir}"],
+             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+             f"--dashboard-port={free_port()}", f"--temp-dir={self.temp_dir}"],
             stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         self.address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + timeout_s
@@ -149,13 +143,7 @@ class Operator:
             return ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
 
 
 class KubeBench:

@@ -270,6 +270,7 @@ class ExperimentController:
             metric=spec.objective.metric,
             mode=spec.objective.mode,
             pod_template=spec.trial.template,
+            metrics_collector=spec.trial.metrics_collector,
         )
         now = self._clock()
         if decision.attempt > 0:

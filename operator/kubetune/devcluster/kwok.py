@@ -18,249 +18,167 @@ pod bound to a fake node becomes Running; a pod whose
 (``0`` Succeeded, anything else Failed) and the optional
 ``kubetune.dev/simulate-reason`` (default ``Completed``/``Error``, e.g. ``OOMKilled``):
 a test plays the container this way; a pod being deleted goes away.
+
+kwok also serves the kubelet's container-log endpoint on loopback, published as the
+fake nodes' InternalIP and kubelet port, so ``pods/log`` works for the pods a test
+gives a log file (``kubetune.devcluster.kwok_logs``).
 """
 from __future__ import annotations
 
-import fcntl
-import os
-import re
-import shutil
 import subprocess
-import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from kubetune.devcluster import processes
-from kubetune.devcluster.build import BuildError, Log, cache_root
+import yaml
 
-KWOK_MODULE_DIR = Path(__file__).resolve().parent / "kwokmod"
-KWOK_PACKAGE = "sigs.k8s.io/kwok/cmd/kwok"
+from kubetune.devcluster import processes
+from kubetune.devcluster.gobuild import GoModule, Log, env_paths
+from kubetune.devcluster.kwok_logs import install_logs_crd
+
 NODE_LABEL = "type"
 NODE_LABEL_VALUE = "kwok"
 EXIT_ANNOTATION = "kubetune.dev/simulate-exit"
 REASON_ANNOTATION = "kubetune.dev/simulate-reason"
 
-
-def kwok_version() -> str:
-    text = (KWOK_MODULE_DIR / "go.mod").read_text()
-    match = re.search(r"^[ \t]*(?:require[ \t]+)?sigs\.k8s\.io/kwok[ \t]+(v\S+)", text, re.MULTILINE)
-    if not match:
-        raise BuildError(f"sigs.k8s.io/kwok is not required by {KWOK_MODULE_DIR / 'go.mod'}")
-    return match.group(1)
-
-
-def kwok_cache_path() -> Path:
-    return cache_root() / "bin" / f"kwok-{kwok_version()}" / "kwok"
-
-
-def find_kwok() -> Path | None:
-    override = os.environ.get("KUBETUNE_KWOK")
-    for candidate in ([Path(override).expanduser()] if override else []) + [kwok_cache_path()]:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+KWOK = GoModule(
+    directory=Path(__file__).resolve().parent / "kwokmod",
+    cache_name="kwok",
+    version_of="sigs.k8s.io/kwok",
+    packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+    prebuilt_hint="set KUBETUNE_KWOK to a kwok binary",
+    overrides=lambda name: env_paths("KUBETUNE_KWOK"),
+)
 
 
 def ensure_kwok(log: Log = print) -> Path:
     """The kwok binary, built (once per machine) if missing."""
-    found = find_kwok()
-    if found is not None:
-        return found
-    target = kwok_cache_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent.parent / f".{target.parent.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if find_kwok() is None:
-            _build(target, log)
-    found = find_kwok()
-    if found is None:
-        raise BuildError(f"kwok is still missing after the build ({target})")
-    return found
-
-
-def _build(target: Path, log: Log) -> None:
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError("kwok is missing and there is no `go` on PATH to build it: install Go >= 1.26, "
-                         "or set KUBETUNE_KWOK to a kwok binary")
-    env = dict(os.environ, GOTOOLCHAIN="local", CGO_ENABLED="0")
-    env.pop("GOFLAGS", None)   # -mod=mod would rewrite the committed go.mod/go.sum
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent.parent) as tmp:
-        out = Path(tmp) / "kwok"
-        build_log = Path(tmp) / "go-build.log"
-        log(f"devcluster: building kwok {kwok_version()} into {target.parent} "
-            "(about 3 minutes cold on 2 cores; later runs reuse it)")
-        started = time.monotonic()
-        with open(build_log, "wb") as log_file:
-            proc = subprocess.Popen([go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out), KWOK_PACKAGE],
-                                    cwd=KWOK_MODULE_DIR, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-            try:
-                next_note = started + 30
-                while proc.poll() is None:
-                    time.sleep(0.5)
-                    if time.monotonic() >= next_note:
-                        log(f"devcluster: still building kwok ... {time.monotonic() - started:.0f}s")
-                        next_note += 30
-            except BaseException:
-                proc.terminate()
-                proc.wait()
-                raise
-        if proc.returncode != 0 or not out.is_file():
-            tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
-            raise BuildError(f"go build of kwok failed (exit {proc.returncode}):\n{tail}")
-        os.replace(out, target)
-        log(f"devcluster: built kwok {kwok_version()} in {time.monotonic() - started:.0f}s")
+    return KWOK.ensure(["kwok"], log)["kwok"]
 
 
 # kwok's stages (kwok.x-k8s.io/v1alpha1): node-initialize and pod-ready follow kwok's own
 # "fast" stages; pod-exit replaces its Job-only pod-complete with one a test drives.
-STAGES = """\
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: node-initialize
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values: ['True']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range NodeConditions }}
-      - lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
-        message: {{ .message | Quote }}
-        reason: {{ .reason | Quote }}
-        status: {{ .status | Quote }}
-        type: {{ .type | Quote }}
-      {{ end }}
-      addresses:
-      - address: {{ NodeIP | Quote }}
-        type: InternalIP
-      allocatable:
-      {{ YAML .status.capacity 1 }}
-      capacity:
-      {{ YAML .status.capacity 1 }}
-      nodeInfo:
-        architecture: amd64
-        kubeletVersion: fake
-        operatingSystem: linux
-      phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values: ['True']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: ContainersReady
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      {{ with NodeIPWith .spec.nodeName }}
-      hostIP: {{ . | Quote }}
-      {{ end }}
-      {{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-      podIP: {{ . | Quote }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-exit
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.annotations["kubetune.dev/simulate-exit"]'
-      operator: 'Exists'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $code := index .metadata.annotations "kubetune.dev/simulate-exit" }}
-      {{ $reason := index .metadata.annotations "kubetune.dev/simulate-reason" }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        type: Ready
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        state:
-          terminated:
-            exitCode: {{ $code }}
-            finishedAt: {{ $now | Quote }}
-            reason: {{ or $reason (eq $code "0" | ternary "Completed" "Error") | Quote }}
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: {{ eq $code "0" | ternary "Succeeded" "Failed" }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-  next:
-    delete: true
+# A statusTemplate is a Go template of the object's new status.
+
+def _stage(name: str, kind: str, match_expressions: list[dict], next_: dict) -> dict:
+    """A kwok Stage: what ``next_`` does to the ``kind`` objects the expressions select."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": {"resourceRef": {"apiGroup": "v1", "kind": kind},
+                     "selector": {"matchExpressions": match_expressions}, "next": next_}}
+
+
+def _expression(key: str, operator: str, *values: str) -> dict:
+    return {"key": key, "operator": operator, **({"values": list(values)} if values else {})}
+
+
+def _pod_in_phase(phase: str) -> list[dict]:
+    """Pods in ``phase`` that are not being deleted."""
+    return [_expression(".metadata.deletionTimestamp", "DoesNotExist"), _expression(".status.phase", "In", phase)]
+
+
+def _container_statuses(ready: str, state: str) -> str:
+    """statusTemplate lines: every container of the pod ``ready`` and in ``state`` (YAML)."""
+    return ("containerStatuses:\n"
+            "{{ range .spec.containers }}\n"
+            "- image: {{ .image | Quote }}\n"
+            "  name: {{ .name | Quote }}\n"
+            f"  ready: {ready}\n"
+            "  restartCount: 0\n"
+            "  state:\n"
+            + textwrap.indent(state, "    ")
+            + "{{ end }}\n")
+
+
+_NOT_READY = _expression('.status.conditions.[] | select( .type == "Ready" ) | .status', "NotIn", "True")
+
+_NODE_READY = """\
+{{ $now := Now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $now | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+addresses:
+- address: {{ NodeIP | Quote }}
+  type: InternalIP
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ NodePort }}
+allocatable:
+{{ YAML .status.capacity 1 }}
+capacity:
+{{ YAML .status.capacity 1 }}
+nodeInfo:
+  architecture: amd64
+  kubeletVersion: fake
+  operatingSystem: linux
+phase: Running
 """
+
+_POD_RUNNING = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+""" + _container_statuses("true", """\
+running:
+  startedAt: {{ $now | Quote }}
+""") + """\
+{{ with NodeIPWith .spec.nodeName }}
+hostIP: {{ . | Quote }}
+{{ end }}
+{{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ . | Quote }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_POD_EXITED = """\
+{{ $now := Now }}
+{{ $code := index .metadata.annotations "kubetune.dev/simulate-exit" }}
+{{ $reason := index .metadata.annotations "kubetune.dev/simulate-reason" }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+""" + _container_statuses("false", """\
+terminated:
+  exitCode: {{ $code }}
+  finishedAt: {{ $now | Quote }}
+  reason: {{ or $reason (eq $code "0" | ternary "Completed" "Error") | Quote }}
+  startedAt: {{ $now | Quote }}
+""") + """\
+phase: {{ eq $code "0" | ternary "Succeeded" "Failed" }}
+"""
+
+class _TemplateDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the templates) as ``|`` blocks, readable in kwok.yaml."""
+
+
+_TemplateDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+STAGES = yaml.dump_all([
+    _stage("node-initialize", "Node", [_NOT_READY], {"statusTemplate": _NODE_READY}),
+    _stage("pod-ready", "Pod", [*_pod_in_phase("Pending"), _NOT_READY], {"statusTemplate": _POD_RUNNING}),
+    _stage("pod-exit", "Pod", [*_pod_in_phase("Running"),
+                               _expression(f'.metadata.annotations["{EXIT_ANNOTATION}"]', "Exists")],
+           {"statusTemplate": _POD_EXITED}),
+    _stage("pod-delete", "Pod", [_expression(".metadata.deletionTimestamp", "Exists")], {"delete": True}),
+], Dumper=_TemplateDumper, sort_keys=False)
 
 
 class FakeNodes:
@@ -280,10 +198,17 @@ class FakeNodes:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         config = self.state_dir / "kwok.yaml"
         config.write_text(STAGES)
+        from kubernetes import config as kube_config
+        with kube_config.new_client_from_config(config_file=str(self.kubeconfig)) as api:
+            install_logs_crd(api)
+        kubelet_port = processes.free_port()
         self.record, self._popen = processes.spawn("kwok", [
             str(binary), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
             f"--manage-nodes-with-label-selector={NODE_LABEL}={NODE_LABEL_VALUE}",
-            "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1",
+            # kwok's kubelet endpoint (container logs, kwok_logs.py), where the kube-apiserver
+            # looks for it: the nodes' InternalIP and kubelet port
+            "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+            f"--server-address=127.0.0.1:{kubelet_port}", f"--node-port={kubelet_port}", "--enable-crds=Logs",
         ], self.state_dir / "kwok.log", die_with_parent=self.die_with_parent)
         return self
 

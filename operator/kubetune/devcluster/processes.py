@@ -105,6 +105,18 @@ def stop(record: ProcessRecord, proc: subprocess.Popen | None = None, timeout: f
         raise RuntimeError(f"{record.name} (pid {record.pid}) survived SIGKILL")
 
 
+def terminate(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM a child of this process, SIGKILL after ``grace_s``; returns once it is reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _signal(record: ProcessRecord, sig: int) -> None:
     try:
         os.kill(record.pid, sig)

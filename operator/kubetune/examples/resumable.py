@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 
 import kubetune
+from kubetune.examples._controls import hold, report
 from kubetune.trainable.api import get_context
 
 
@@ -42,14 +42,6 @@ def expected_losses(lr: float, iterations: int, v0: float = 10.0) -> list[float]
         v = step(v, lr)
         losses.append(v)
     return losses
-
-
-def _hold(gate: str) -> None:
-    while not os.path.exists(gate):
-        context = get_context()
-        if context.should_stop or context.should_checkpoint:
-            return
-        time.sleep(0.01)
 
 
 def train(config: dict) -> None:
@@ -72,18 +64,12 @@ def train(config: dict) -> None:
                            f"after iteration {context.start_iteration}")
     while i < iterations:
         if hold_at is not None and i == int(hold_at):
-            _hold(config["gate"])
+            hold(config["gate"])
         elif interval:
             time.sleep(interval)
         i, v = i + 1, step(v, lr)
-        metrics = {"loss": v, "lr": lr, "pid": os.getpid(), "attempt": context.attempt}
-        if (every and i % every == 0) or get_context().should_checkpoint:
-            with tempfile.TemporaryDirectory() as checkpoint:
-                with open(os.path.join(checkpoint, "state.json"), "w") as f:
-                    json.dump({"i": i, "v": v}, f)
-                kubetune.report(metrics, checkpoint=checkpoint)
-        else:
-            kubetune.report(metrics)
+        report({"loss": v, "lr": lr, "pid": os.getpid(), "attempt": context.attempt}, {"i": i, "v": v},
+               iteration=i, checkpoint_every=every)
         if fail_at is not None and i == int(fail_at) and (
                 fail_attempts == "all" or context.attempt in fail_attempts):
             raise RuntimeError(f"planned failure after iteration {i} (attempt {context.attempt})")

@@ -12,21 +12,11 @@ Config (all optional):
 """
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 
-import kubetune
+from kubetune.examples._controls import hold, report
 from kubetune.trainable.api import get_context
-
-
-def _hold(gate: str) -> None:
-    while not os.path.exists(gate):
-        context = get_context()
-        if context.should_stop or context.should_checkpoint:
-            return
-        time.sleep(0.01)
 
 
 def train(config: dict) -> None:
@@ -36,15 +26,8 @@ def train(config: dict) -> None:
     start = get_context().start_iteration
     for i in range(start + 1, int(config.get("iterations", 1000)) + 1):
         if hold_after is not None and i == int(hold_after) + 1:
-            _hold(config["gate"])
+            hold(config["gate"])
         elif interval:
             time.sleep(interval)
         print(f"sleepy step {i}", flush=True)
-        metrics = {"step": i, "pid": os.getpid()}
-        if (every and i % every == 0) or get_context().should_checkpoint:
-            with tempfile.TemporaryDirectory() as checkpoint:
-                with open(os.path.join(checkpoint, "state.json"), "w") as f:
-                    json.dump({"i": i}, f)
-                kubetune.report(metrics, checkpoint=checkpoint)
-        else:
-            kubetune.report(metrics)
+        report({"step": i, "pid": os.getpid()}, {"i": i}, iteration=i, checkpoint_every=every)

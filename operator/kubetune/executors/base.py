@@ -99,6 +99,7 @@ class LaunchRequest:
     metric: str | None = None
     mode: str = "min"
     pod_template: Mapping[str, Any] | None = None   # spec.trial.template (executor: pod)
+    metrics_collector: str = "push"      # executor pod: push (HTTP) or stdout (the pod's log)
 
     def as_dict(self) -> dict[str, Any]:
         return {"trial_key": self.trial_key, "entrypoint": self.entrypoint,

@@ -30,6 +30,8 @@ LABEL_EXPERIMENT = "kubetune.dev/experiment"
 LABEL_TRIAL = "kubetune.dev/trial"
 LABEL_ATTEMPT = "kubetune.dev/attempt"
 ANNOTATION_TRIAL_KEY = "kubetune.dev/trial-key"
+# "stdout": the operator reads the pod's results from its log (executors/pod_logs.py)
+ANNOTATION_METRICS_COLLECTOR = "kubetune.dev/metrics-collector"
 
 PARAM_ENV_PREFIX = "KUBETUNE_PARAM_"
 CONFIG_VOLUME = "kubetune-config"
@@ -150,7 +152,7 @@ def container_resources(resources: Any) -> dict[str, dict[str, str]]:
 
 def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, trial: str,
                trial_uid: str, attempt: int, params: Mapping[str, Any], env: Mapping[str, str],
-               resources: Any = None) -> dict[str, Any]:
+               resources: Any = None, metrics_collector: str = "push") -> dict[str, Any]:
     """The Pod of one attempt of one trial.
 
     ``env`` holds kubetune's own variables (ingest URL, attempt, ...); the token comes
@@ -188,11 +190,13 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
         if shaped:
             main["resources"] = shaped
     pod_labels = {**(meta.get("labels") or {}), **labels(experiment, trial), LABEL_ATTEMPT: str(attempt)}
+    annotations = {**(meta.get("annotations") or {}), ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"}
+    if metrics_collector != "push":   # recorded on the pod: an operator restarted later reads it the same way
+        annotations[ANNOTATION_METRICS_COLLECTOR] = metrics_collector
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod_name(trial, attempt), "namespace": namespace, "labels": pod_labels,
-                     "annotations": {**(meta.get("annotations") or {}),
-                                     ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"},
+                     "annotations": annotations,
                      "ownerReferences": [owner_reference(trial, trial_uid)]},
         "spec": spec,
     }

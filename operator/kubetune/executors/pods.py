@@ -12,7 +12,9 @@ Per trial, owned by its Trial resource (so deleting the Experiment deletes them 
   (``KUBETUNE_CHECKPOINT``); the failed pods stay until the Trial goes, for their logs.
 
 Results are pushed by the pod to the operator (pod_ingest.py) and buffered in a
-``ResultInbox``; ``poll`` hands them over with the state read from the pod:
+``ResultInbox``; with ``spec.trial.metricsCollector: stdout`` the operator reads them
+from the pod's log instead (pod_logs.py) into the same inbox.  ``poll`` hands them
+over with the state read from the pod:
 
 - Pending and the kube-scheduler cannot place it: running for the runner (it holds
   a parallelism slot), with ``waiting_reason``/``waiting_message`` set, which the
@@ -40,6 +42,7 @@ from kubetune.executors import pod_spec
 from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
                                      NodeResources, TrialState, TrialUpdate)
 from kubetune.executors.pod_ingest import ResultInbox
+from kubetune.executors.pod_logs import PodLogFollower, collects_stdout
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ class PodExecutor:
         self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
         self._listings: dict[tuple[str, str], _Listing] = {}
+        self.log_follower = PodLogFollower(inbox, self.core)
 
     # ---------------------------------------------------------------- connection
 
@@ -118,7 +122,7 @@ class PodExecutor:
                 {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
         pod = pod_spec.render_pod(template, namespace=namespace, experiment=experiment, trial=trial,
                                   trial_uid=uid, attempt=req.attempt, params=req.config, env=env,
-                                  resources=req.resources)
+                                  resources=req.resources, metrics_collector=req.metrics_collector)
         self._end_other_attempts(namespace, experiment, trial, req.attempt)
         with self._lock:
             self.inbox.open(req.trial_key, token, req.attempt, req.start_seq)
@@ -191,6 +195,8 @@ class PodExecutor:
             listing = self._listings[(namespace, experiment)]
             attempt = self._current_attempt(key, trial, pods)
             pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
+            if pod is not None and collects_stdout(pod):
+                self.log_follower.track(key, pod)    # an ended pod: its last lines are in the inbox after this
             results = self.inbox.take(key, after_seq, limit)
             updates[key] = self._update(key, pod, attempt, results, listing.at)
         return updates
@@ -283,6 +289,7 @@ class PodExecutor:
             results = self.inbox.take(trial_key, after_seq) if after_seq is not None else ()
             checkpoint, iteration = self.inbox.latest(trial_key)
             self.inbox.stop(trial_key)
+            self.log_follower.forget(trial_key)
             namespace, _, trial = pod_spec.split_key(trial_key)
             with self._lock:
                 attempt = self._attempts.pop(trial_key, None)
@@ -345,6 +352,7 @@ class PodExecutor:
             for name in pods:
                 self._delete_pod(namespace, name)
             self.inbox.forget(prefix)
+            self.log_follower.forget_prefix(prefix)
             with self._lock:
                 for key in [k for k in self._attempts if k.startswith(prefix)]:
                     self._attempts.pop(key, None)

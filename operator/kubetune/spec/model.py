@@ -13,6 +13,7 @@ ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc")
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
 EXECUTORS = ("ray", "pod")
+METRICS_COLLECTORS = ("push", "stdout")   # executor pod: how a trial pod's results reach the operator
 
 
 class SpecError(ValueError):
@@ -128,6 +129,7 @@ class TrialTemplate:
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     template: Mapping[str, Any] | None = None   # executor pod: the PodTemplateSpec of one trial
+    metrics_collector: str = "push"            # executor pod: push (HTTP) or stdout (log lines)
 
 
 # ``${params.<name>}`` in a pod template's command/args: replaced by the parameter's value

@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
+    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
     PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError, TrialResources,
     TrialTemplate,
 )
@@ -278,7 +278,7 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
     path = "spec.trial"
     obj = _mapping(raw, path)
     _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "runtimeEnv", "config",
-                           "template"))
+                           "template", "metricsCollector"))
     entrypoint = _string(obj, "entrypoint", path)
     if entrypoint is None and executor == "ray":
         raise SpecError(f"{path}.entrypoint", "required for the ray executor: the function to tune, "
@@ -297,7 +297,18 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
         queue_timeout_s=_duration(obj, "queueTimeout", path),
         runtime_env=dict(_mapping(obj.get("runtimeEnv"), f"{path}.runtimeEnv")), config=config,
         template=_pod_template(obj.get("template"), executor, resources, [*space, *config]),
+        metrics_collector=_metrics_collector(obj, executor),
     )
+
+
+def _metrics_collector(obj: Mapping[str, Any], executor: str) -> str:
+    """``spec.trial.metricsCollector``: how a trial pod's results reach the operator."""
+    collector = _one_of(obj, "metricsCollector", "spec.trial", METRICS_COLLECTORS, "push", "metrics collector")
+    if collector != "push" and executor != "pod":
+        raise SpecError("spec.trial.metricsCollector", f"{collector} applies to the pod executor only (Ray trials "
+                                                       "report with kubetune.report); set spec.executor: pod "
+                                                       "or remove trial.metricsCollector")
+    return collector
 
 
 def _pod_template(raw: Any, executor: str, resources: TrialResources, names: list[str]) -> dict | None:

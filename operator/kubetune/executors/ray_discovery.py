@@ -1,0 +1,151 @@
+"""Finding the actors of an experiment again after the operator restarted (see
+executors/ray.py).
+
+Which actor hosts which trial is asked of the actors themselves (``describe``), so
+nothing needs recording on the Trial: the executor lists the named actors of an
+experiment once and re-attaches by trial key.  An actor that has not answered yet
+stays "probing"; until it answers, a trial of its experiment may be the one it hosts.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from kubetune.executors.base import ResourceShape, TrialState, TrialUpdate
+from kubetune.executors.ray_pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
+                                         experiment_prefix)
+from kubetune.executors.ray_results import Slot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Discovery:
+    at: float = 0.0
+    probing: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # name -> (handle, ref)
+
+
+class ActorDiscovery:
+    """Adopts the actors of ``namespace`` into ``slots`` (trials) and ``pool`` (idle workers).
+
+    ``lock`` guards ``slots`` and is the pool's too."""
+
+    def __init__(self, lock: threading.RLock, slots: dict[str, Slot], pool: WorkerPool, *,
+                 namespace: str, rpc_timeout_s: float):
+        self._lock = lock
+        self._slots = slots
+        self._pool = pool
+        self.namespace = namespace
+        self.rpc_timeout_s = rpc_timeout_s
+        self._discovered: dict[str, _Discovery] = {}
+
+    @property
+    def first_wait_s(self) -> float:
+        return min(2.0, self.rpc_timeout_s)
+
+    def actor_names(self, prefix: str) -> list[str]:
+        """Names of our live actors under a trial-key prefix, without ``kubetune/``."""
+        return [a["name"][len(ACTOR_PREFIX):]
+                for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"] == self.namespace
+                and a["name"].startswith(ACTOR_PREFIX + prefix)]
+
+    def discover_once(self, prefix: str) -> None:
+        with self._lock:
+            known = prefix in self._discovered
+        if not known:
+            self.discover(prefix, wait_s=self.first_wait_s)
+
+    def unanswered(self, prefix: str) -> bool:
+        """Has an actor under ``prefix`` (discovered already) not said yet what it hosts?"""
+        with self._lock:
+            return bool(self._discovered[prefix].probing)
+
+    def find_unknown(self, keys: list[str]) -> None:
+        """Look for actors hosting trials we do not know (after a restart)."""
+        prefixes = {experiment_prefix(key) for key in keys}
+        for prefix in prefixes:
+            with self._lock:
+                seen = self._discovered.get(prefix)
+            if seen is None:
+                self.discover(prefix, wait_s=self.first_wait_s)
+            elif seen.probing or time.monotonic() - seen.at > 1.0:
+                self.discover(prefix, wait_s=0.0)
+
+    def discover(self, prefix: str, wait_s: float) -> None:
+        """Ask every named actor under ``prefix`` what it hosts; adopt what we did not know."""
+        names = [ACTOR_PREFIX + name for name in self.actor_names(prefix)]
+        with self._lock:
+            seen = self._discovered.setdefault(prefix, _Discovery())
+            seen.at = time.monotonic()
+            known = {s.worker.name for s in self._slots.values()}
+            known |= {w.name for w in self._pool.idle_workers()}
+            for name in names:
+                if name in known or name in seen.probing:
+                    continue
+                try:
+                    handle = ray.get_actor(name, namespace=self.namespace)
+                except ValueError:
+                    continue  # died meanwhile
+                seen.probing[name] = (handle, handle.describe.remote())
+            probing = dict(seen.probing)
+        if not probing:
+            return
+        refs = [ref for _, ref in probing.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        ready_set = set(ready)
+        for name, (handle, ref) in probing.items():
+            if ref not in ready_set:
+                continue
+            with self._lock:
+                seen.probing.pop(name, None)
+            try:
+                answer = ray.get(ref)
+            except (RayActorError, GetTimeoutError):
+                continue
+            self._adopt(name, handle, answer)
+
+    def _adopt(self, name: str, handle: Any, answer: dict) -> None:
+        shape_info = answer.get("shape") or {}
+        shape = ResourceShape.of(shape_info)
+        worker = Worker(name, handle, shape, answer.get("pool_key") or "",
+                        node_id=answer.get("node_id"), placement_group=shape_info.get("pg"))
+        with self._lock:
+            key = answer.get("trial_key")
+            if key is not None and key not in self._slots:
+                self._slots[key] = Slot(worker, answer.get("attempt"))
+            elif key is not None and self._slots[key].worker.name != name:
+                # it answered too late: the trial was started again elsewhere meanwhile
+                log.warning("actor %s also hosts %s, which runs on %s: ending it", name, key,
+                            self._slots[key].worker.name)
+                self._pool.kill(worker)
+            elif key is None and worker.pool_key:
+                self._pool.give_back(worker)
+            elif key is None:
+                self._pool.kill(worker)   # a dedicated actor hosting nothing: a leftover
+
+    def unknown_update(self, key: str) -> TrialUpdate:
+        """The update of a trial no known actor hosts: running while an actor of its
+        experiment has not answered yet, else missing."""
+        with self._lock:
+            seen = self._discovered.get(experiment_prefix(key))
+            starting = seen is not None and any(
+                name.startswith(ACTOR_PREFIX + experiment_prefix(key) + WORKER_MARK)
+                or name == actor_name(key) for name in seen.probing)
+        if starting:   # an actor of that experiment has not answered yet: maybe it hosts it
+            return TrialUpdate(key, TrialState.RUNNING)
+        return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, error=(
+            f"no Ray actor hosts trial {key} (Ray namespace {self.namespace!r}): "
+            "the Ray cluster restarted or the actor was removed"))
+
+    def forget(self, prefix: str) -> None:
+        """Drop what was learnt under a trial-key prefix (its actors were killed)."""
+        with self._lock:
+            for discovered in [k for k in self._discovered if k.startswith(prefix)]:
+                del self._discovered[discovered]

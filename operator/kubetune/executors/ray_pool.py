@@ -1,0 +1,208 @@
+"""The Ray actors that host trials: their names, their creation, and the pool of idle
+workers that host the next trial of the same shape (see executors/ray.py).
+
+A pooled worker is keyed by experiment + resource shape + runtime_env; it waits in
+the pool after its trial ends and is killed after ``idle_ttl_s``, or at once when a
+new worker of another shape needs what it holds.  A dedicated actor (multi-bundle
+trials, or ``reuse_actors=False``) is named after its trial and killed when it ends.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from kubetune.executors.base import LaunchRequest, RayUnavailableError, ResourceShape
+# the actor class lives in a light module: every worker process imports it on start
+from kubetune.executors.ray_host import HostActor as _HostActor
+
+ACTOR_PREFIX = "kubetune/"
+WORKER_MARK = "#w-"        # never part of a Kubernetes name, so never a trial's
+PG_MARK = "#pg-"
+ACTOR_THREADS = 16         # fetch/stop/describe are served while the function runs
+
+
+def actor_name(trial_key: str) -> str:
+    return ACTOR_PREFIX + trial_key
+
+
+def experiment_prefix(trial_key: str) -> str:
+    """``"<ns>/<experiment>/"`` of a trial key."""
+    parts = trial_key.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"trial key {trial_key!r} is not '<namespace>/<experiment>/<trial>'")
+    return f"{parts[0]}/{parts[1]}/"
+
+
+@dataclass
+class Worker:
+    name: str
+    handle: Any
+    shape: ResourceShape
+    pool_key: str = ""                  # "" for a dedicated actor
+    node_id: str | None = None
+    placement_group: str | None = None
+    idle_since: float = 0.0
+
+
+class WorkerPool:
+    """Creates trial actors and keeps the idle pooled ones.  ``lock`` is the executor's."""
+
+    def __init__(self, lock: threading.RLock, *, address: str, namespace: str, reuse_actors: bool,
+                 idle_ttl_s: float, orphan_timeout_s: float, rpc_timeout_s: float):
+        self._lock = lock
+        self.address = address
+        self.namespace = namespace
+        self.reuse_actors = reuse_actors
+        self.idle_ttl_s = idle_ttl_s
+        self.orphan_timeout_s = orphan_timeout_s
+        self.rpc_timeout_s = rpc_timeout_s
+        self._idle: dict[str, list[Worker]] = {}
+
+    def pooled(self, shape: ResourceShape) -> bool:
+        return self.reuse_actors and shape.bundles == 1
+
+    @staticmethod
+    def pool_key(req: LaunchRequest, shape: ResourceShape) -> str:
+        fingerprint = json.dumps([shape.bundle(), req.runtime_env], sort_keys=True, default=str)
+        digest = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
+        return experiment_prefix(req.trial_key) + digest
+
+    def idle_workers(self) -> list[Worker]:
+        with self._lock:
+            return [w for ws in self._idle.values() for w in ws]
+
+    def take_idle(self, pool_key: str) -> Worker | None:
+        with self._lock:
+            self.reap_idle()
+            workers = self._idle.get(pool_key)
+            return workers.pop() if workers else None
+
+    def give_back(self, worker: Worker) -> None:
+        """A pooled worker whose trial ended waits for the next one."""
+        worker.idle_since = time.monotonic()
+        with self._lock:
+            self._idle.setdefault(worker.pool_key, []).append(worker)
+
+    def forget(self, prefix: str) -> None:
+        """Drop the idle workers under a trial-key prefix (their actors were killed)."""
+        with self._lock:
+            for pool_key in [k for k in self._idle if k.startswith(prefix)]:
+                del self._idle[pool_key]
+
+    def reap_idle(self) -> None:
+        deadline = time.monotonic() - self.idle_ttl_s
+        with self._lock:
+            for pool_key, workers in list(self._idle.items()):
+                expired = [w for w in workers if w.idle_since < deadline]
+                for worker in expired:
+                    workers.remove(worker)
+                    self.kill(worker)
+                if not workers:
+                    del self._idle[pool_key]
+
+    def create(self, req: LaunchRequest, shape: ResourceShape, launch: dict) -> Worker:
+        pooled = self.pooled(shape)
+        if pooled:
+            pool_key = self.pool_key(req, shape)
+            name = f"{ACTOR_PREFIX}{pool_key.rsplit('/', 1)[0]}/{WORKER_MARK}" \
+                   f"{pool_key.rsplit('/', 1)[1]}-{uuid.uuid4().hex[:8]}"
+        else:
+            pool_key, name = "", actor_name(req.trial_key)
+            self._free_name(name)
+        self._evict_idle_for(shape, keep=pool_key)
+        options: dict[str, Any] = {
+            "name": name, "namespace": self.namespace, "lifetime": "detached",
+            "max_concurrency": ACTOR_THREADS, "max_restarts": 0,
+            "num_cpus": shape.cpu, "num_gpus": shape.gpu,
+        }
+        if shape.memory_bytes:
+            options["memory"] = shape.memory_bytes
+        if shape.custom:
+            options["resources"] = dict(shape.custom)
+        if req.runtime_env:
+            options["runtime_env"] = dict(req.runtime_env)
+        pg_name = None
+        if shape.bundles > 1:
+            pg_name = f"{name}{PG_MARK}a{req.attempt}-{uuid.uuid4().hex[:6]}"
+            group = ray.util.placement_group([shape.bundle()] * shape.bundles, strategy="PACK",
+                                             name=pg_name, lifetime="detached")
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0,
+                placement_group_capture_child_tasks=True)
+        shape_info = {"cpu": shape.cpu, "gpu": shape.gpu, "memory_bytes": shape.memory_bytes,
+                      "custom": dict(shape.custom), "bundles": shape.bundles, "pg": pg_name}
+        handle = _HostActor.options(**options).remote(
+            name, pool_key, shape_info, launch, idle_timeout_s=3 * self.idle_ttl_s,
+            orphan_timeout_s=self.orphan_timeout_s)
+        return Worker(name, handle, shape, pool_key, placement_group=pg_name)
+
+    def _free_name(self, name: str) -> None:
+        """A dedicated actor's name may still be held by an earlier attempt: end it."""
+        try:
+            old = ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            return
+        ray.kill(old, no_restart=True)
+        deadline = time.monotonic() + self.rpc_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.05)
+        raise RayUnavailableError(self.address, f"actor {name!r} did not go away after ray.kill")
+
+    def _evict_idle_for(self, shape: ResourceShape, keep: str) -> None:
+        """Kill idle workers of other shapes when a new worker needs what they hold."""
+        with self._lock:
+            others = sorted((w for key, ws in self._idle.items() if key != keep for w in ws),
+                            key=lambda w: w.idle_since)
+        if not others:
+            return
+        available = ray.available_resources()
+        for worker in others:
+            if all(available.get(k, 0.0) >= v for k, v in shape.total().items()):
+                return
+            with self._lock:
+                workers = self._idle.get(worker.pool_key, [])
+                if worker not in workers:
+                    continue
+                workers.remove(worker)
+            self.kill(worker)
+            for k, v in worker.shape.bundle().items():
+                available[k] = available.get(k, 0.0) + v
+
+    def kill(self, worker: Worker) -> None:
+        try:
+            ray.kill(worker.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        if worker.placement_group:
+            self.remove_placement_groups(worker.name)
+
+    @staticmethod
+    def remove_placement_groups(name_prefix: str) -> int:
+        removed = 0
+        try:
+            table = ray.util.placement_group_table()
+        except Exception:  # noqa: BLE001 - best effort: Ray Client may not offer it
+            return 0
+        for pg_id, info in table.items():
+            if info.get("name", "").startswith(name_prefix + PG_MARK) \
+                    and info.get("state") != "REMOVED":
+                try:
+                    ray.util.remove_placement_group(
+                        PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+                    removed += 1
+                except Exception:  # noqa: BLE001
+                    pass
+        return removed

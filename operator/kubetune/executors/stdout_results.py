@@ -1,0 +1,97 @@
+"""The stdout result format (``spec.trial.metricsCollector: stdout``): pure parsing, no I/O.
+
+A trial container that cannot import kubetune prints one line per result:
+
+    KUBETUNE_RESULT {"loss": 0.31, "accuracy": 0.88, "iteration": 2}
+
+- the line starts with ``KUBETUNE_RESULT`` and a space; the rest is one JSON object;
+- its keys are metrics, except ``iteration`` (an integer >= 1; default: the previous
+  result's iteration + 1, the first one following the iterations already done) and
+  ``checkpoint`` (a location string, as ``kubetune.report`` would record);
+- every other line is the program's own output and is ignored.
+
+The n-th ``KUBETUNE_RESULT`` line of an attempt's log (malformed ones included) is
+that attempt's n-th result: seq ``KUBETUNE_FIRST_SEQ + n - 1``, the numbering
+kubetune's own trial-side session uses.  So reading a log again from its first line
+(after an operator restart, or a dropped stream) yields the same seqs, and the
+ingest's seq dedupe records each result once.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+RESULT_PREFIX = "KUBETUNE_RESULT"
+MAX_LINE_CHARS = 64 * 1024
+RESERVED_KEYS = ("iteration", "checkpoint")
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    """A well-formed result line, as the body the push ingest accepts."""
+    body: dict[str, Any]     # {"seq", "iteration", "metrics", "attempt", "checkpoint"?}
+
+    @property
+    def seq(self) -> int:
+        return self.body["seq"]
+
+
+@dataclass(frozen=True)
+class MalformedLine:
+    """A line that starts with the prefix but is not a result: reported, not recorded."""
+    seq: int
+    problem: str
+    line: str
+
+
+class ResultLines:
+    """Reads one attempt's log line by line, from its first line."""
+
+    def __init__(self, first_seq: int, start_iteration: int, attempt: int | None) -> None:
+        self._next_seq = first_seq
+        self._iteration = start_iteration
+        self._attempt = attempt
+
+    def feed(self, line: str) -> ResultLine | MalformedLine | None:
+        """What one line of output is: a result, a malformed result line, or None (not ours)."""
+        line = line.rstrip("\r\n")
+        if not line.startswith(RESULT_PREFIX):
+            return None
+        rest = line[len(RESULT_PREFIX):]
+        if rest and not rest[0].isspace():
+            return None           # e.g. KUBETUNE_RESULTS: another word
+        seq = self._next_seq
+        self._next_seq += 1
+        problem, fields = _fields(rest.strip(), len(line))
+        if problem:
+            return MalformedLine(seq, problem, line[:200])
+        iteration = fields.get("iteration", self._iteration + 1)
+        self._iteration = iteration
+        body = {"seq": seq, "iteration": iteration, "attempt": self._attempt,
+                "metrics": {k: v for k, v in fields.items() if k not in RESERVED_KEYS}}
+        if fields.get("checkpoint") is not None:
+            body["checkpoint"] = fields["checkpoint"]
+        return ResultLine(body)
+
+
+def _fields(text: str, length: int) -> tuple[str, dict[str, Any]]:
+    """(why ``text`` is not a result or "", its fields)."""
+    if length > MAX_LINE_CHARS:
+        return f"longer than {MAX_LINE_CHARS} characters", {}
+    if not text:
+        return f'no JSON object after {RESULT_PREFIX} (expected e.g. {RESULT_PREFIX} {{"loss": 0.3}})', {}
+    try:
+        fields = json.loads(text)
+    except ValueError as error:
+        return f"not JSON: {error}", {}
+    if not isinstance(fields, dict):
+        return f"expected a JSON object of metrics, got {type(fields).__name__}", {}
+    iteration = fields.get("iteration")
+    if "iteration" in fields and (not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 1):
+        return f"iteration must be an integer >= 1 (got {iteration!r})", {}
+    if fields.get("checkpoint") is not None and not isinstance(fields["checkpoint"], str):
+        return "checkpoint must be a string (a location)", {}
+    if not any(key not in RESERVED_KEYS for key in fields):
+        return "no metrics (only iteration/checkpoint)", {}
+    return "", fields

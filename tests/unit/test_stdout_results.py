@@ -1,0 +1,73 @@
+"""The stdout result format (metricsCollector: stdout): which lines are results, how they
+are numbered, and what a malformed one says."""
+import pytest
+
+from kubetune.executors import pod_spec
+from kubetune.executors.pod_logs import collects_stdout, result_lines
+from kubetune.executors.stdout_results import MAX_LINE_CHARS, MalformedLine, ResultLine, ResultLines
+
+
+def feed_all(lines, first_seq=1, start_iteration=0, attempt=0):
+    parser = ResultLines(first_seq, start_iteration, attempt)
+    return [parser.feed(line) for line in lines]
+
+
+def test_result_lines_become_ingest_bodies_and_other_output_is_ignored():
+    parsed = feed_all(["epoch 1 done\n",
+                       'KUBETUNE_RESULT {"loss": 0.5}\n',
+                       "  KUBETUNE_RESULT {\"loss\": 9}",            # not at the start: the program's own text
+                       'KUBETUNE_RESULTS {"loss": 9}',              # another word
+                       'KUBETUNE_RESULT {"loss": 0.4, "acc": 0.9, "checkpoint": "s3://b/t/2"}\r\n',
+                       'KUBETUNE_RESULT\t{"loss": 0.3, "iteration": 7}'], first_seq=4, start_iteration=2)
+    assert parsed[0] is None and parsed[2] is None and parsed[3] is None
+    assert [p.body for p in parsed if isinstance(p, ResultLine)] == [
+        {"seq": 4, "iteration": 3, "attempt": 0, "metrics": {"loss": 0.5}},
+        {"seq": 5, "iteration": 4, "attempt": 0, "metrics": {"loss": 0.4, "acc": 0.9}, "checkpoint": "s3://b/t/2"},
+        {"seq": 6, "iteration": 7, "attempt": 0, "metrics": {"loss": 0.3}},
+    ]
+
+
+@pytest.mark.parametrize("line,words", [
+    ("KUBETUNE_RESULT", "no JSON object"),
+    ("KUBETUNE_RESULT {loss: 1}", "not JSON"),
+    ("KUBETUNE_RESULT [0.3]", "expected a JSON object"),
+    ('KUBETUNE_RESULT {"loss": 1, "iteration": 0}', "iteration must be an integer >= 1"),
+    ('KUBETUNE_RESULT {"loss": 1, "iteration": 2.5}', "iteration must be an integer >= 1"),
+    ('KUBETUNE_RESULT {"loss": 1, "checkpoint": 3}', "checkpoint must be a string"),
+    ('KUBETUNE_RESULT {"iteration": 3}', "no metrics"),
+    ('KUBETUNE_RESULT {"x": "' + "a" * MAX_LINE_CHARS + '"}', "longer than"),
+])
+def test_a_malformed_result_line_says_why(line, words):
+    (parsed,) = feed_all([line])
+    assert isinstance(parsed, MalformedLine) and words in parsed.problem and parsed.seq == 1
+    assert len(parsed.line) <= 200
+
+
+def test_a_malformed_line_takes_its_seq_so_rereading_numbers_the_same():
+    lines = ['KUBETUNE_RESULT {"loss": 1}', "KUBETUNE_RESULT oops", 'KUBETUNE_RESULT {"loss": 2}']
+    first = feed_all(lines, first_seq=10)
+    again = feed_all(lines, first_seq=10)
+    assert [p.seq for p in first] == [10, 11, 12] and first == again
+    assert first[2].body["iteration"] == 2     # the malformed line is no iteration
+
+
+def pod(env, attempt="1", annotations=None):
+    return {"metadata": {"name": "t-0-a1", "labels": {pod_spec.LABEL_ATTEMPT: attempt},
+                         "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "train", "env": [{"name": k, "value": v} for k, v in env.items()]}]}}
+
+
+def test_a_pod_is_read_with_the_numbering_it_was_created_with():
+    parser = result_lines(pod({"KUBETUNE_FIRST_SEQ": "6", "KUBETUNE_START_ITERATION": "5"}))
+    assert parser.feed('KUBETUNE_RESULT {"loss": 1}').body == {"seq": 6, "iteration": 6, "attempt": 1,
+                                                              "metrics": {"loss": 1}}
+
+
+def test_the_stdout_collector_is_recorded_on_the_pod():
+    def render(collector):
+        return pod_spec.render_pod({"spec": {"containers": [{"name": "train", "image": "x"}]}},
+                                   namespace="ns", experiment="e", trial="e-0", trial_uid="u", attempt=0,
+                                   params={}, env={}, metrics_collector=collector)
+    assert collects_stdout(render("stdout"))
+    assert not collects_stdout(render("push"))
+    assert pod_spec.ANNOTATION_METRICS_COLLECTOR not in render("push")["metadata"]["annotations"]
