@@ -161,3 +161,21 @@ def test_restore_keeps_failure_counts_and_best_and_resumes_paused_trials():
     relaunch = of_type(restored.step(sim.now), LaunchTrial)
     assert relaunch and all(d.attempt == 1 for d in relaunch)
     assert all(d.last_result_seq == records[int(d.name.split("-")[1])].last_result_seq for d in relaunch)
+
+
+def test_a_cluster_fault_is_retried_by_the_next_step_not_from_within_the_error():
+    # The controller applies the decisions of on_trial_errored at once: a relaunch from
+    # there would fail again while the cluster is down, and recurse (launch -> error ->
+    # launch).  The trial waits, Pending/Retrying, and the next step relaunches it.
+    runner = make_runner(make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"maxFailures": 0}))
+    launched = [d for d in runner.step(0.0) if isinstance(d, LaunchTrial)]
+    runner.on_trial_launched(launched[0].name, 0.0)
+    for attempt in range(1, 4):
+        decisions = runner.on_trial_errored(launched[0].name, "launch failed: ConnectionError", float(attempt),
+                                            cluster_fault=True)
+        assert not any(isinstance(d, LaunchTrial) for d in decisions)
+        assert runner.trials[launched[0].name].phase.value == "Pending"
+        retry = [d for d in runner.step(float(attempt)) if isinstance(d, LaunchTrial)]
+        assert [(d.name, d.attempt) for d in retry] == [(launched[0].name, attempt)]
+        runner.on_trial_launched(launched[0].name, float(attempt))
+    assert runner.trials[launched[0].name].failures == 0   # cluster faults do not count

@@ -409,7 +409,10 @@ class TrialRunner:
         message = f"attempt {trial.attempt} failed: {error}; retrying from {where}"
         self._set_phase(trial, PENDING)
         trial.reason, trial.message = "Retrying", message
-        if not self.spec.suspend and self._counts[RUNNING] < self.spec.budget.parallelism:
+        # A cluster fault waits for the next step: the cluster that just failed the trial
+        # (or its launch) may still be down, and relaunching at once from here would
+        # recurse launch -> error -> launch for as long as it is.
+        if not cluster_fault and not self.spec.suspend and self._counts[RUNNING] < self.spec.budget.parallelism:
             return self._try_launch(trial, now)
         return [TrialPhaseChanged(name, PENDING, "Retrying", message)]
 
