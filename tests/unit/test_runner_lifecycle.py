@@ -179,3 +179,19 @@ def test_a_cluster_fault_is_retried_by_the_next_step_not_from_within_the_error()
         assert [(d.name, d.attempt) for d in retry] == [(launched[0].name, attempt)]
         runner.on_trial_launched(launched[0].name, float(attempt))
     assert runner.trials[launched[0].name].failures == 0   # cluster faults do not count
+
+
+def test_a_trial_keeps_its_counted_failures_and_only_the_latest_cluster_faults():
+    runner = make_runner(make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"maxFailures": 2}))
+    name = [d for d in runner.step(0.0) if isinstance(d, LaunchTrial)][0].name
+    runner.on_trial_launched(name, 0.0)
+    runner.on_trial_errored(name, "ValueError: first", 0.0)              # counted, relaunched at once
+    runner.on_trial_launched(name, 0.0)
+    for attempt in range(30):                                           # a Ray head restarting, again and again
+        runner.on_trial_errored(name, f"node lost {attempt}", 1.0, cluster_fault=True)
+        runner.step(1.0)
+        runner.on_trial_launched(name, 1.0)
+    log = runner.trials[name].failure_log
+    assert [e["message"] for e in log if e["reason"] == "Error"] == ["ValueError: first"]
+    assert [e["message"] for e in log if e["reason"] == "ClusterFault"] == [f"node lost {i}" for i in range(20, 30)]
+    assert runner.trials[name].attempt == 31 and runner.trials[name].failures == 1

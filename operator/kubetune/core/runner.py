@@ -401,6 +401,8 @@ class TrialRunner:
         self._release(trial)
         trial.failure_log.append({"attempt": trial.attempt, "reason": "ClusterFault" if cluster_fault else "Error",
                                   "message": error, "time": now})
+        if cluster_fault:
+            _forget_old_cluster_faults(trial.failure_log)
         if not cluster_fault:
             trial.failures += 1
         if not cluster_fault and trial.failures > self.spec.trial.max_failures:
@@ -538,3 +540,15 @@ class TrialRunner:
             if self._best is None or objective.better(value, self._best.value):
                 self._best = _Best(value, trial.name, at, dict(trial.params))
         return trial
+
+
+# Cluster faults are retried without limit (preemptible nodes, a Ray head restarting), so
+# the Trial keeps only the latest of them; every counted failure stays (maxFailures bounds
+# them), since a restarted operator counts them again from the Trial.
+KEPT_CLUSTER_FAULTS = 10
+
+
+def _forget_old_cluster_faults(failure_log: list[dict[str, Any]]) -> None:
+    faults = [i for i, entry in enumerate(failure_log) if entry["reason"] == "ClusterFault"]
+    for index in reversed(faults[:-KEPT_CLUSTER_FAULTS]):
+        del failure_log[index]
