@@ -112,6 +112,43 @@ def test_printed_results_become_the_trials_histories(pod_operator, admin, core, 
     assert all("not JSON" in e.message and e.type == "Warning" for e in warnings)
 
 
+class _LogLines:
+    """A file-like ``print`` target that appends to a container's log."""
+
+    def __init__(self, container: PrintingContainer) -> None:
+        self.container = container
+
+    def write(self, text: str) -> None:
+        lines = text.splitlines()
+        if lines:
+            self.container.print(*lines)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_kubetune_report_in_the_pod_prints_results_the_operator_reads(pod_operator, admin, core, custom,
+                                                                       pod_namespace, tmp_path):
+    # the same training code as for push: kubetune.report() with the environment the
+    # operator gave the pod, its output going to the container's log
+    from kubetune.trainable.pod_session import PodSession
+
+    ns = pod_namespace
+    create(custom, ns, stdout_experiment("reporting", budget={"maxTrials": 1, "parallelism": 1}))
+    (container,) = [PrintingContainer(admin, pod, tmp_path) for pod in running_pods(core, ns, "reporting", 1)]
+    assert container.env["KUBETUNE_METRICS_COLLECTOR"] == "stdout"
+    # the token comes from a Secret (not in container.env): stdout mode does not use it
+    session = PodSession({**container.env, "KUBETUNE_TRIAL_TOKEN": "unused"}, output=_LogLines(container))
+    losses = [bowl(container.lr, i) for i in (1, 2, 3)]
+    for loss in losses:
+        container.print(f"training, loss {loss}")
+        session.report({"loss": loss})
+    container.exit(0)
+    wait_condition(custom, ns, "reporting", "Succeeded", timeout=60, operator=pod_operator)
+    (trial_history,) = history(custom, ns, "reporting").values()
+    assert trial_history == [{"loss": loss, "iteration": i} for i, loss in enumerate(losses, 1)]
+
+
 def test_an_operator_restart_rereads_the_log_without_counting_twice(pod_operator, admin, core, custom,
                                                                     pod_namespace, tmp_path):
     ns = pod_namespace

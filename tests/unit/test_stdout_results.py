@@ -71,3 +71,22 @@ def test_the_stdout_collector_is_recorded_on_the_pod():
     assert collects_stdout(render("stdout"))
     assert not collects_stdout(render("push"))
     assert pod_spec.ANNOTATION_METRICS_COLLECTOR not in render("push")["metadata"]["annotations"]
+
+
+def test_kubetune_report_in_a_stdout_pod_prints_what_the_operator_reads_back(capfd, tmp_path):
+    # the same training code in a pod of a metricsCollector: stdout experiment: report()
+    # prints result lines, and parsing the log gives the bodies a push would have sent
+    from kubetune.trainable.pod_session import PodSession
+
+    session = PodSession({"KUBETUNE_INGEST_URL": "http://unreachable.invalid:1", "KUBETUNE_TRIAL_TOKEN": "t",
+                          "KUBETUNE_TRIAL": "ns/exp/exp-1", "KUBETUNE_ATTEMPT": "1", "KUBETUNE_FIRST_SEQ": "6",
+                          "KUBETUNE_START_ITERATION": "4", "KUBETUNE_METRICS_COLLECTOR": "stdout"})
+    print("epoch 5 of the program's own output")
+    session.report({"loss": 0.25, "acc": 0.5})
+    session.report({"loss": 0.125}, checkpoint=str(tmp_path))    # no storage: the location is passed on
+    parser = ResultLines(6, 4, 1)
+    parsed = [parser.feed(line) for line in capfd.readouterr().out.splitlines()]
+    assert [p.body for p in parsed if p is not None] == [
+        {"seq": 6, "iteration": 5, "attempt": 1, "metrics": {"loss": 0.25, "acc": 0.5}},
+        {"seq": 7, "iteration": 6, "attempt": 1, "metrics": {"loss": 0.125}, "checkpoint": str(tmp_path)},
+    ]

@@ -114,6 +114,8 @@ class PodExecutor:
                "KUBETUNE_FIRST_SEQ": str(req.start_seq + 1),
                "KUBETUNE_START_ITERATION": str(req.start_iteration),
                "KUBETUNE_CONFIG_FILE": f"{pod_spec.CONFIG_DIR}/{pod_spec.CONFIG_FILE}"}
+        if req.metrics_collector != "push":    # kubetune.report() in the pod prints its results
+            env["KUBETUNE_METRICS_COLLECTOR"] = req.metrics_collector
         if req.checkpoint:
             env["KUBETUNE_CHECKPOINT"] = req.checkpoint
         if req.storage:

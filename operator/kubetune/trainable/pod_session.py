@@ -15,16 +15,22 @@ seq once) for up to ``KUBETUNE_REPORT_TIMEOUT`` seconds (default 300); then repo
 raises.  When the operator answers that the trial was stopped (or this attempt was
 replaced), report() raises ``TrialStopped``.  HTTP goes through the standard library:
 the trial's image needs no HTTP client package.
+
+With ``spec.trial.metricsCollector: stdout`` (``KUBETUNE_METRICS_COLLECTOR=stdout``)
+report() prints each result as a ``KUBETUNE_RESULT`` line instead (the format of
+executors/stdout_results.py, which the operator reads from the pod's log), so the same
+training code works where the pod cannot reach the operator's ingest endpoint.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Mapping
+from typing import Any, Mapping, TextIO
 
 from kubetune.trainable import api
 from kubetune.trainable.function_runner import _plain
@@ -37,7 +43,7 @@ class ReportError(RuntimeError):
 
 
 class PodSession:
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, environ: Mapping[str, str], output: TextIO | None = None) -> None:
         self.url = environ["KUBETUNE_INGEST_URL"].rstrip("/")
         self.token = environ["KUBETUNE_TRIAL_TOKEN"]
         self.trial_key = environ.get("KUBETUNE_TRIAL", "")
@@ -52,6 +58,8 @@ class PodSession:
         self._storage = environ.get("KUBETUNE_CHECKPOINT_STORAGE", "")
         self._storage_options = json.loads(environ.get("KUBETUNE_CHECKPOINT_OPTIONS") or "{}")
         self._timeout_s = float(environ.get("KUBETUNE_REPORT_TIMEOUT") or DEFAULT_REPORT_TIMEOUT_S)
+        self._prints = environ.get("KUBETUNE_METRICS_COLLECTOR") == "stdout"
+        self._output = output     # None: the container log, file descriptor 1
         self._restored: str | None = None
         self._lock = threading.Lock()
 
@@ -100,6 +108,9 @@ class PodSession:
         return CheckpointStore(self._storage, self.trial_key, **options).persist(checkpoint, iteration, metrics)
 
     def _send(self, body: dict[str, Any]) -> None:
+        if self._prints:
+            self._print(body)
+            return
         data = json.dumps(body).encode()
         deadline = time.monotonic() + self._timeout_s
         delay, last = 0.2, ""
@@ -125,6 +136,18 @@ class PodSession:
                                   f"within {self._timeout_s:.0f}s; last error: {last}")
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+    def _print(self, body: dict[str, Any]) -> None:
+        """One result line; its seq is its position among the attempt's result lines,
+        which is the order this session numbers them in."""
+        from kubetune.executors.stdout_results import RESULT_PREFIX
+        line = {**body["metrics"], "iteration": body["iteration"]}
+        if "checkpoint" in body:
+            line["checkpoint"] = body["checkpoint"]
+        # the container log is file descriptor 1, whatever the program made of sys.stdout
+        output = self._output or sys.__stdout__ or sys.stdout
+        print(f"{RESULT_PREFIX} {json.dumps(line)}", file=output, flush=True)
 
 
 _session: PodSession | None = None
