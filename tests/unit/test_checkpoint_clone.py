@@ -81,3 +81,27 @@ def test_clone_copies_into_the_trials_own_directory_out_of_retentions_reach(tmp_
     assert os.path.isdir(newer) and not os.path.exists(copy)
     with pytest.raises(CheckpointError, match="does not exist"):
         clone_checkpoint(location, storage, "ns/exp/exp-3", 2)
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_donor_checkpoint_already_deleted_is_replaced_by_the_donors_newest(tmp_path, scheme):
+    # a pod donor keeps only its keepLast newest, whatever the operator has seen: by the
+    # time of the copy, the checkpoint the exploit chose may be gone
+    from kubetune.controller.experiment import _clone_or_newer
+
+    storage = scheme + str(tmp_path / "store")
+    donor = CheckpointStore(storage, "ns/exp/exp-0", keep_last=1)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    chosen = None
+    for iteration in (2, 3, 4):
+        (weights / "w.txt").write_text(f"donor at {iteration}")
+        location = donor.persist(weights, iteration, {"loss": 1.0 / iteration})
+        chosen = chosen or location
+    assert not os.path.exists(chosen)
+    copy = _clone_or_newer(chosen, storage, "ns/exp/exp-3", 2)
+    with open(os.path.join(materialize(copy), "w.txt")) as f:
+        assert f.read() == "donor at 4"
+    # anything else that cannot be copied is still an error
+    with pytest.raises(CheckpointError):
+        _clone_or_newer(str(tmp_path / "elsewhere" / "checkpoint-000001"), storage, "ns/exp/exp-3", 2)

@@ -25,6 +25,8 @@ def test_result_lines_become_ingest_bodies_and_other_output_is_ignored():
         {"seq": 5, "iteration": 4, "attempt": 0, "metrics": {"loss": 0.4, "acc": 0.9}, "checkpoint": "s3://b/t/2"},
         {"seq": 6, "iteration": 7, "attempt": 0, "metrics": {"loss": 0.3}},
     ]
+    (checkpoint_only,) = feed_all(['KUBETUNE_RESULT {"checkpoint": "s3://b/t/3"}'])
+    assert checkpoint_only.body == {"seq": 1, "iteration": 1, "attempt": 0, "metrics": {}, "checkpoint": "s3://b/t/3"}
 
 
 @pytest.mark.parametrize("line,words", [

@@ -99,6 +99,7 @@ class PodLogFollower:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}        # trial key -> the stream of its current pod
         self._drained: set[tuple[str, str]] = set()     # (trial key, pod uid): ended pods read to the end
+        self._full_trials: set[str] = set()   # trials whose last offered result met a full buffer (429)
         self._warned: dict[tuple[str, str], set[int]] = {}   # (trial key, pod uid) -> malformed seqs reported
 
     def track(self, trial_key: str, pod: Mapping[str, Any]) -> None:
@@ -126,6 +127,7 @@ class PodLogFollower:
         with self._lock:
             keys = [key for key in self._streams if key.startswith(prefix)]
             self._drained = {item for item in self._drained if not item[0].startswith(prefix)}
+            self._full_trials = {key for key in self._full_trials if not key.startswith(prefix)}
             self._warned = {item: seqs for item, seqs in self._warned.items() if not item[0].startswith(prefix)}
         for key in keys:
             self.forget(key)
@@ -218,6 +220,9 @@ class PodLogFollower:
         parser = result_lines(pod)
         for line in text.split(b"\n"):     # the last line may lack its newline: the program ended
             if not self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace"))):
+                if self._full(trial_key):    # read it again once the operator took what it holds
+                    with self._lock:
+                        self._drained.discard((trial_key, meta["uid"]))
                 return
 
     # ---------------------------------------------------------------- delivery
@@ -233,8 +238,18 @@ class PodLogFollower:
         status, answer = self.inbox.offer(namespace, trial, item.body)
         if status in (404, 409, 410, 429):   # 429: the stream reopens (and re-reads) once taken
             log.info("%s: result seq %d from the log not taken: %s", trial_key, item.seq, answer.get("error"))
+            with self._lock:
+                if status == 429:
+                    self._full_trials.add(trial_key)
             return False
+        with self._lock:
+            self._full_trials.discard(trial_key)
         return True
+
+    def _full(self, trial_key: str) -> bool:
+        """Whether the last result offered for the trial was refused for a full buffer."""
+        with self._lock:
+            return trial_key in self._full_trials
 
     def _report_malformed(self, trial_key: str, pod: Mapping[str, Any], item: MalformedLine) -> None:
         with self._lock:

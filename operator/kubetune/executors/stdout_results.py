@@ -92,6 +92,7 @@ def _fields(text: str, length: int) -> tuple[str, dict[str, Any]]:
         return f"iteration must be an integer >= 1 (got {iteration!r})", {}
     if fields.get("checkpoint") is not None and not isinstance(fields["checkpoint"], str):
         return "checkpoint must be a string (a location)", {}
-    if not any(key not in RESERVED_KEYS for key in fields):
-        return "no metrics (only iteration/checkpoint)", {}
+    # a checkpoint alone is a result, as with kubetune.report({}, checkpoint=...)
+    if not any(key not in RESERVED_KEYS for key in fields) and fields.get("checkpoint") is None:
+        return "no metrics and no checkpoint", {}
     return "", fields
