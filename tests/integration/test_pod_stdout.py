@@ -15,7 +15,7 @@ from k8s_helpers import GROUP, VERSION, create, get_experiment, trials, wait_con
 from kube_fixtures import wait_for
 from kubetune.devcluster.kwok import EXIT_ANNOTATION
 from kubetune.devcluster.kwok_logs import ContainerLog, serve_container_log
-from test_pods import bowl, pod_experiment, pods_of
+from test_pods import bowl, core, custom, pod_experiment, pods_of  # noqa: F401 (core, custom: fixtures)
 
 pytestmark = pytest.mark.integration
 
@@ -59,18 +59,6 @@ def running_pods(core, namespace: str, experiment: str, count: int):
 def history(custom, namespace: str, experiment: str) -> dict[str, list[dict]]:
     return {t["metadata"]["name"]: (t.get("status") or {}).get("history") or []
             for t in trials(custom, namespace, experiment)}
-
-
-@pytest.fixture(scope="module")
-def core(gpu_cluster):
-    with gpu_cluster.api_client() as api:
-        yield client.CoreV1Api(api)
-
-
-@pytest.fixture(scope="module")
-def custom(gpu_cluster):
-    with gpu_cluster.api_client() as api:
-        yield client.CustomObjectsApi(api)
 
 
 @pytest.fixture(scope="module")

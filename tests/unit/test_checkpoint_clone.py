@@ -10,7 +10,8 @@ import os
 import pytest
 
 from kubetune.core.types import LaunchTrial, PauseTrial, Result
-from kubetune.trainable.checkpoint import CheckpointError, CheckpointStore, clone_checkpoint, materialize
+from kubetune.trainable.checkpoint import (CheckpointError, CheckpointStore, clone_checkpoint,
+                                           clone_checkpoint_or_newer, materialize)
 from unit_helpers import make_runner, make_spec, of_type
 
 
@@ -87,8 +88,6 @@ def test_clone_copies_into_the_trials_own_directory_out_of_retentions_reach(tmp_
 def test_a_donor_checkpoint_already_deleted_is_replaced_by_the_donors_newest(tmp_path, scheme):
     # a pod donor keeps only its keepLast newest, whatever the operator has seen: by the
     # time of the copy, the checkpoint the exploit chose may be gone
-    from kubetune.controller.experiment import _clone_or_newer
-
     storage = scheme + str(tmp_path / "store")
     donor = CheckpointStore(storage, "ns/exp/exp-0", keep_last=1)
     weights = tmp_path / "weights"
@@ -99,9 +98,9 @@ def test_a_donor_checkpoint_already_deleted_is_replaced_by_the_donors_newest(tmp
         location = donor.persist(weights, iteration, {"loss": 1.0 / iteration})
         chosen = chosen or location
     assert not os.path.exists(chosen)
-    copy = _clone_or_newer(chosen, storage, "ns/exp/exp-3", 2)
+    copy = clone_checkpoint_or_newer(chosen, storage, "ns/exp/exp-3", 2)
     with open(os.path.join(materialize(copy), "w.txt")) as f:
         assert f.read() == "donor at 4"
     # anything else that cannot be copied is still an error
     with pytest.raises(CheckpointError):
-        _clone_or_newer(str(tmp_path / "elsewhere" / "checkpoint-000001"), storage, "ns/exp/exp-3", 2)
+        clone_checkpoint_or_newer(str(tmp_path / "elsewhere" / "checkpoint-000001"), storage, "ns/exp/exp-3", 2)

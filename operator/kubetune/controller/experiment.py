@@ -325,9 +325,10 @@ class ExperimentController:
         storage = (spec or self.spec).checkpoint.storage or self._default_storage
         if source is None or not storage:
             return
+        from kubetune.trainable.checkpoint import clone_checkpoint_or_newer
         trial = self.runner.trials[name]
         try:
-            copy = await asyncio.to_thread(_clone_or_newer, source, storage, self._trial_key(name),
+            copy = await asyncio.to_thread(clone_checkpoint_or_newer, source, storage, self._trial_key(name),
                                            trial.checkpoint_iteration)
         except Exception as error:  # noqa: BLE001 - storage the operator cannot reach: as before, the donor's
             log.warning("%s/%s: cannot copy %s for %s: %s", self.namespace, self.name, source, name, error)
@@ -492,26 +493,3 @@ class ExperimentController:
                                   ray.exceptions.GetTimeoutError)) or type(error).__name__ in {
             "RayUnavailableError", "RpcError", "RaySystemError"}
 
-
-def _clone_or_newer(source: str, storage: str, trial_key: str, iteration: int | None) -> str:
-    """``clone_checkpoint``; if the donor's retention already deleted ``source`` (a pod
-    trial keeps only its ``keepLast`` newest, whatever the operator has seen), the
-    donor's newest checkpoint instead: a later state of the same run, rather than a
-    launch from a path that no longer exists."""
-    from kubetune.trainable.checkpoint import (CheckpointError, CheckpointStore, _strip_file_scheme,
-                                               clone_checkpoint)
-
-    try:
-        return clone_checkpoint(source, storage, trial_key, iteration or 0)
-    except CheckpointError as error:
-        parent, _, entry = source.rstrip("/").rpartition("/")
-        root = _strip_file_scheme(storage).rstrip("/")
-        if "does not exist" not in str(error) or not entry.startswith("checkpoint-") \
-                or not parent.startswith(root + "/"):
-            raise
-        stored = CheckpointStore(storage, parent[len(root) + 1:]).list()
-        if not stored:
-            raise
-        log.warning("%s is gone; %s continues from the donor's newest, %s", source, trial_key,
-                    stored[-1].location)
-        return clone_checkpoint(stored[-1].location, storage, trial_key, iteration or 0)

@@ -99,7 +99,6 @@ class PodLogFollower:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}        # trial key -> the stream of its current pod
         self._drained: set[tuple[str, str]] = set()     # (trial key, pod uid): ended pods read to the end
-        self._full_trials: set[str] = set()   # trials whose last offered result met a full buffer (429)
         self._warned: dict[tuple[str, str], set[int]] = {}   # (trial key, pod uid) -> malformed seqs reported
 
     def track(self, trial_key: str, pod: Mapping[str, Any]) -> None:
@@ -127,7 +126,6 @@ class PodLogFollower:
         with self._lock:
             keys = [key for key in self._streams if key.startswith(prefix)]
             self._drained = {item for item in self._drained if not item[0].startswith(prefix)}
-            self._full_trials = {key for key in self._full_trials if not key.startswith(prefix)}
             self._warned = {item: seqs for item, seqs in self._warned.items() if not item[0].startswith(prefix)}
         for key in keys:
             self.forget(key)
@@ -173,7 +171,7 @@ class PodLogFollower:
             for chunk in response.stream(CHUNK_BYTES):
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    if not self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace"))):
+                    if self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace"))):
                         return
                 if stream.closed:
                     return
@@ -219,37 +217,29 @@ class PodLogFollower:
             return
         parser = result_lines(pod)
         for line in text.split(b"\n"):     # the last line may lack its newline: the program ended
-            if not self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace"))):
-                if self._full(trial_key):    # read it again once the operator took what it holds
-                    with self._lock:
-                        self._drained.discard((trial_key, meta["uid"]))
+            refused = self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace")))
+            if refused == 429:    # a full buffer: read it again once the operator took what it holds
+                with self._lock:
+                    self._drained.discard((trial_key, meta["uid"]))
+            if refused:
                 return
 
     # ---------------------------------------------------------------- delivery
 
-    def _deliver(self, trial_key: str, pod: Mapping[str, Any], item: ResultLine | MalformedLine | None) -> bool:
-        """Hand one parsed line on; False when the trial takes no more results (stopped, replaced)."""
+    def _deliver(self, trial_key: str, pod: Mapping[str, Any], item: ResultLine | MalformedLine | None) -> int:
+        """Hand one parsed line on; the refusal's status when the trial takes no more results
+        now (404, 409, 410: stopped or replaced; 429: a full buffer), else 0."""
         if item is None:
-            return True
+            return 0
         if isinstance(item, MalformedLine):
             self._report_malformed(trial_key, pod, item)
-            return True
+            return 0
         namespace, _, trial = pod_spec.split_key(trial_key)
         status, answer = self.inbox.offer(namespace, trial, item.body)
         if status in (404, 409, 410, 429):   # 429: the stream reopens (and re-reads) once taken
             log.info("%s: result seq %d from the log not taken: %s", trial_key, item.seq, answer.get("error"))
-            with self._lock:
-                if status == 429:
-                    self._full_trials.add(trial_key)
-            return False
-        with self._lock:
-            self._full_trials.discard(trial_key)
-        return True
-
-    def _full(self, trial_key: str) -> bool:
-        """Whether the last result offered for the trial was refused for a full buffer."""
-        with self._lock:
-            return trial_key in self._full_trials
+            return status
+        return 0
 
     def _report_malformed(self, trial_key: str, pod: Mapping[str, Any], item: MalformedLine) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ leaves a half checkpoint that a retry would restore from.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
+
+log = logging.getLogger(__name__)
 
 META_FILE = ".kubetune_checkpoint.json"
 _NAME = re.compile(r"^checkpoint-(\d{6,})$")
@@ -300,3 +303,24 @@ def delete_trial_checkpoints(storage: str, trial_key: str) -> None:
             pass
     else:
         shutil.rmtree(trial_dir, ignore_errors=True)
+
+
+def clone_checkpoint_or_newer(source: str, storage: str, trial_key: str, iteration: int | None) -> str:
+    """``clone_checkpoint``; if the donor's retention already deleted ``source`` (a pod
+    trial keeps only its ``keepLast`` newest, whatever the operator has seen), the
+    donor's newest checkpoint instead: a later state of the same run, rather than a
+    launch from a path that no longer exists."""
+    try:
+        return clone_checkpoint(source, storage, trial_key, iteration or 0)
+    except CheckpointError as error:
+        parent, _, entry = source.rstrip("/").rpartition("/")
+        root = _strip_file_scheme(storage).rstrip("/")
+        if "does not exist" not in str(error) or not entry.startswith("checkpoint-") \
+                or not parent.startswith(root + "/"):
+            raise
+        stored = CheckpointStore(storage, parent[len(root) + 1:]).list()
+        if not stored:
+            raise
+        log.warning("%s is gone; %s continues from the donor's newest, %s", source, trial_key,
+                    stored[-1].location)
+        return clone_checkpoint(stored[-1].location, storage, trial_key, iteration or 0)
