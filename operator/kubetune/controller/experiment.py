@@ -492,4 +492,3 @@ class ExperimentController:
         return isinstance(error, (RayUnavailable, ConnectionError, ray.exceptions.RaySystemError,
                                   ray.exceptions.GetTimeoutError)) or type(error).__name__ in {
             "RayUnavailableError", "RpcError", "RaySystemError"}
-
