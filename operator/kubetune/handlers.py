@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import kopf
 
-from kubetune import metrics
+from kubetune import metrics, settings as operator_settings
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import OperatorState
 from kubetune.controller.pod_cluster import PodSupport
@@ -42,14 +41,14 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
     # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
     settings.scanning.disabled = True
-    PODS = PodSupport(port=int(os.environ.get("KUBETUNE_INGEST_PORT") or 8081),
-                      url=os.environ.get("KUBETUNE_INGEST_ADVERTISE_URL", ""))
-    registry = ClusterRegistry(os.environ.get("KUBETUNE_RAY_ADDRESS", "local"), _executor_factory,
+    chosen = operator_settings.current()
+    PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url)
+    registry = ClusterRegistry(chosen.ray_address, _executor_factory,
                                pod_cluster=await PODS.start())
     STATE = OperatorState(
         registry,
         store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body)),
-        checkpoint_storage=os.environ.get("KUBETUNE_CHECKPOINT_STORAGE", ""))
+        checkpoint_storage=chosen.checkpoint_storage)
     metrics.watch_state(lambda: STATE)
 
 

@@ -5,23 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
+
+from kubetune.settings import OperatorSettings, configure, env_fallback
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")
-    parser.add_argument("--ray-address", default=os.environ.get("KUBETUNE_RAY_ADDRESS", "local"),
+    parser.add_argument("--ray-address", default=env_fallback("KUBETUNE_RAY_ADDRESS", "local"),
                         help="default Ray cluster: local (embedded), auto, or ray://host:10001")
-    parser.add_argument("--checkpoint-storage", default=os.environ.get("KUBETUNE_CHECKPOINT_STORAGE", ""),
+    parser.add_argument("--checkpoint-storage", default=env_fallback("KUBETUNE_CHECKPOINT_STORAGE", ""),
                         help="default checkpoint storage when an Experiment names none")
-    parser.add_argument("--log-level", default=os.environ.get("KUBETUNE_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=env_fallback("KUBETUNE_LOG_LEVEL", "INFO"))
     parser.add_argument("--liveness", default="", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("KUBETUNE_METRICS_PORT") or 0),
+    # ports are flags only: KUBETUNE_METRICS_PORT and KUBETUNE_INGEST_PORT are the
+    # service-link variables of the chart's own Services (kubetune.settings)
+    parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off)")
-    parser.add_argument("--ingest-port", type=int, default=int(os.environ.get("KUBETUNE_INGEST_PORT") or 8081),
+    parser.add_argument("--ingest-port", type=int, default=8081,
                         help="port of the endpoint trial pods (executor: pod) post their results to")
-    parser.add_argument("--ingest-url", default=os.environ.get("KUBETUNE_INGEST_ADVERTISE_URL", ""),
+    parser.add_argument("--ingest-url", default=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
                         help="URL trial pods reach that endpoint at (default: the kubetune-ingest Service "
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
 
@@ -30,12 +33,8 @@ def main(args: argparse.Namespace) -> int:
     import kopf
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ["KUBETUNE_RAY_ADDRESS"] = args.ray_address
-    if args.checkpoint_storage:
-        os.environ["KUBETUNE_CHECKPOINT_STORAGE"] = args.checkpoint_storage
-    os.environ["KUBETUNE_INGEST_PORT"] = str(args.ingest_port)
-    if args.ingest_url:
-        os.environ["KUBETUNE_INGEST_ADVERTISE_URL"] = args.ingest_url
+    configure(OperatorSettings(ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
+                               ingest_port=args.ingest_port, ingest_url=args.ingest_url))
     import kubetune.handlers  # noqa: F401  (registers the handlers)
 
     async def run() -> None:

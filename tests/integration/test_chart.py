@@ -159,6 +159,7 @@ def test_template_all_namespaces_uses_a_cluster_role(helm, tmp_path):
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["enableServiceLinks"] is False     # see tests/unit/test_settings.py
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]}}
