@@ -280,8 +280,12 @@ class RayExecutor:
         if is_dead(slot) or slot.ack is not None and not is_ready(slot.ack):
             return slot.final, False
         if slot.final is not None and after_seq is None:
-            slot.worker.handle.release.remote(key)     # done already: nothing to wait for
-            return slot.final, True
+            # done already: nothing to wait for but the answer whether its worker is reusable
+            try:
+                answer = ray.get(slot.worker.handle.release.remote(key), timeout=self.rpc_timeout_s)
+            except Exception:  # noqa: BLE001 - no answer: the worker is killed, not pooled
+                return slot.final, False
+            return slot.final, not _retired(key, slot, answer)
         ref = slot.worker.handle.stop.remote(key, timeout_s, after_seq, at_checkpoint)
         try:
             batch = ray.get(ref, timeout=timeout_s + self.rpc_timeout_s)
@@ -289,7 +293,7 @@ class RayExecutor:
             log.info("trial %s did not stop gracefully: %s", key, exc)
             return None, False
         update = to_update(key, batch, batch["last_seq"] if after_seq is None else after_seq)
-        return update, bool(batch.get("ended"))
+        return update, bool(batch.get("ended")) and not _retired(key, slot, batch)
 
     # ---------------------------------------------------------------- listing, cleanup
 
@@ -415,6 +419,15 @@ class RayExecutor:
         except Exception:  # noqa: BLE001
             return None
         return answer if answer.get("trial_key") == trial_key else None
+
+
+def _retired(key: str, slot: Slot, answer: dict | None) -> bool:
+    """The trial left threads running in its worker: kill the worker rather than pool it."""
+    strays = (answer or {}).get("retire") or []
+    if strays:
+        log.info("trial %s left threads running (%s): its worker %s is retired",
+                 key, ", ".join(strays[:5]), slot.worker.name)
+    return bool(strays)
 
 
 def _probe(address: str, timeout_s: float) -> None:

@@ -11,9 +11,14 @@ def train(config):
 ```
 
 Each call goes to the *session* of the trial running on the calling thread: the
-function runner binds it to the thread that runs the user's function. A thread the
-function starts itself is not bound; in a trial worker process (which hosts one
-trial at a time, see ``share_session_with_all_threads``) it reaches that trial too.
+function runner binds it to the thread that runs the user's function, and a thread
+started from a bound thread (or from one of its threads) inherits that session for
+good.  So a thread a trial leaves behind keeps reporting into its own, ended
+session, which drops the reports with a warning: it never reaches the next trial
+a pooled worker hosts.  A thread of unknown origin (started outside any trial, or
+natively, without ``threading.Thread``) has no session: a trial worker used to
+hand it the process's only running trial, which let a stray thread of trial A
+report ``loss: 999`` into trial B (measured), so it now gets ``NoTrialError``.
 """
 from __future__ import annotations
 
@@ -65,40 +70,54 @@ class Session(Protocol):
 
 
 _thread = threading.local()
-_active: list[Session] = []
-_active_lock = threading.Lock()
-_process_wide = False
-
-
-def share_session_with_all_threads() -> None:
-    """This process hosts one trial at a time: let every thread reach its session."""
-    global _process_wide
-    _process_wide = True
+_patch_lock = threading.Lock()
 
 
 def bind(session: Session) -> None:
     """Make ``session`` the current one for the calling thread (function runner only)."""
+    _inherit_sessions_in_new_threads()
     _thread.session = session
-    with _active_lock:
-        _active.append(session)
 
 
 def unbind(session: Session) -> None:
     if getattr(_thread, "session", None) is session:
         _thread.session = None
-    with _active_lock:
-        if session in _active:
-            _active.remove(session)
 
 
 def current_session() -> Session | None:
+    """The session bound to this thread, or inherited from the thread that started it."""
     session = getattr(_thread, "session", None)
     if session is not None:
         return session
-    if not _process_wide:
-        return None
-    with _active_lock:
-        return _active[0] if len(_active) == 1 else None
+    return getattr(threading.current_thread(), _INHERITED, None)
+
+
+_INHERITED = "_kubetune_session"
+_original_start = threading.Thread.start
+_patched = False
+
+
+def _start_with_session(thread: threading.Thread) -> None:
+    session = current_session()
+    if session is not None:
+        setattr(thread, _INHERITED, session)
+        adopt = getattr(session, "adopt_thread", None)
+        if adopt is not None:     # the session knows its threads: a host retires a worker they outlive
+            adopt(thread)
+    _original_start(thread)
+
+
+def _inherit_sessions_in_new_threads() -> None:
+    """Threads started from now on inherit their starter's session (once per process).
+
+    Python gives a new thread nothing of its starter's thread-locals (nor, before
+    3.14, of its context), so ``Thread.start`` records the session on the thread.
+    """
+    global _patched
+    with _patch_lock:
+        if not _patched:
+            threading.Thread.start = _start_with_session
+            _patched = True
 
 
 def _require(what: str) -> Session:

@@ -11,6 +11,18 @@ takes effect at the function's next report after the request, not at the very
 report that triggered the decision.  Results reported after a stop decision are
 still buffered; the executor hides them unless asked (``stop(after_seq=...)``).
 
+Memory is bounded whatever the function reports: a result whose metrics exceed
+``MAX_RESULT_BYTES`` of JSON is refused (report() raises), results the operator
+fetched past are dropped but for a short tail (``KEPT_ACKED_RESULTS``, for an
+operator that restarts before it recorded them), and a function more than
+``MAX_PENDING_RESULTS`` results ahead of the operator waits in report() until it
+catches up (or the trial is stopped), as the pod ingest's full buffer makes a
+trial pod wait.
+
+A report from a thread the function left running after it returned reaches this
+(ended) session only (see api.py); it is dropped with a warning, and the threads
+still alive are named by ``stray_threads()`` so the host does not reuse its process.
+
 States: running -> completed (function returned) | failed (it raised; the error is
 delivered after every result reported before it) | stopped (it was told to stop and
 its next report ended it).
@@ -19,11 +31,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import logging
 import os
 import shutil
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable, Mapping
 
 from kubetune.trainable import api
@@ -37,6 +52,13 @@ TRACEBACK_TAIL_CHARS = 4000
 # ends right after its last report then delivers its ending in the same batch, which
 # saves the operator a round trip per trial (and batches fast reporters)
 FETCH_LINGER_S = 0.005
+MAX_RESULT_BYTES = 1 << 20          # the pod ingest's body limit: the same rule for both executors
+MAX_PENDING_RESULTS = 10_000        # the pod ingest's per-trial buffer
+KEPT_ACKED_RESULTS = 1_000          # fetched-past results kept for a restarting operator
+KEPT_ACKED_BYTES = 8 << 20
+PENDING_WAIT_S = 1.0                # a waiting report() re-checks for a stop this often
+
+log = logging.getLogger(__name__)
 
 
 class EntrypointError(ImportError):
@@ -124,7 +146,14 @@ class FunctionRunner:
         self._acked = 0                     # results the operator fetched past (count)
         self._delivered = 0                 # results it was handed (count)
         self._acked_checkpoint = checkpoint
+        # results[i] is result number base + i of this attempt (seq start_seq + base + i + 1);
+        # the ones before ``base`` were fetched past and dropped
         self._results: list[dict] = []
+        self._sizes: list[int] = []          # JSON bytes of each kept result
+        self._base = 0
+        self._closed = False                 # the function returned: later reports are strays'
+        self._dropped_late = 0
+        self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._iteration = start_iteration
         self._latest_checkpoint = checkpoint
         self._state = RUNNING
@@ -170,6 +199,7 @@ class FunctionRunner:
             else:
                 self._stop_requested = True
                 self._pause_requested = False
+            self._changed.notify_all()      # a report waiting for room ends at once
 
     @property
     def state(self) -> str:
@@ -181,7 +211,15 @@ class FunctionRunner:
 
     @property
     def last_seq(self) -> int:
-        return self.start_seq + len(self._results)
+        return self.start_seq + self._base + len(self._results)
+
+    def adopt_thread(self, thread: threading.Thread) -> None:
+        """A thread started by the function (or by its threads): api.py tells us."""
+        self._threads.add(thread)
+
+    def stray_threads(self) -> list[str]:
+        """Names of the threads the function started that outlive it."""
+        return sorted(t.name for t in list(self._threads) if t.is_alive())
 
     @property
     def latest_checkpoint(self) -> str | None:
@@ -203,6 +241,8 @@ class FunctionRunner:
         except BaseException as exc:  # noqa: BLE001 - the trial fails, the worker lives on
             outcome, error = FAILED, format_error(exc, skip_frames=1)
         finally:
+            with self._changed:
+                self._closed = True
             api.unbind(self)
             if self._restored is not None:
                 shutil.rmtree(os.path.dirname(self._restored), ignore_errors=True)
@@ -217,6 +257,15 @@ class FunctionRunner:
         if not isinstance(metrics, Mapping):
             raise TypeError(f"kubetune.report() takes a dict of metrics, got {type(metrics).__name__}")
         clean = {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+        if self._closed:
+            self._drop_late_report()
+            return
+        size = len(json.dumps(clean, default=str))
+        if size > MAX_RESULT_BYTES:
+            raise ValueError(f"kubetune.report(): the metrics are {size} bytes of JSON, more than the "
+                             f"{MAX_RESULT_BYTES} allowed per result; report numbers, and save large "
+                             "data in the checkpoint")
+        self._wait_for_room()
         iteration = self._iteration + 1
         location = None
         if checkpoint is not None:
@@ -229,10 +278,42 @@ class FunctionRunner:
             if location is not None:
                 self._latest_checkpoint = location
             self._results.append(result)
+            self._sizes.append(size)
             self._changed.notify_all()
             stop = self._stop_requested or (self._pause_requested and location is not None)
         if stop:
             raise api.TrialStopped()
+
+    def _drop_late_report(self) -> None:
+        with self._changed:
+            self._dropped_late += 1
+            first = self._dropped_late == 1
+        if first:   # once per attempt: a stray thread may report in a loop
+            log.warning("kubetune.report() from thread %r after trial %s (attempt %d) ended: "
+                        "dropped, as are its later reports; end the threads your function "
+                        "starts before it returns", threading.current_thread().name,
+                        self.trial_key, self.attempt)
+
+    def _wait_for_room(self) -> None:
+        """Back-pressure: wait while the operator is ``MAX_PENDING_RESULTS`` behind (a stop
+        ends the wait: this result is then the last, and report() raises after it)."""
+        with self._changed:
+            while (self.last_seq - self.start_seq - self._acked >= MAX_PENDING_RESULTS
+                   and not self._stop_requested):
+                self._changed.wait(PENDING_WAIT_S)
+
+    def _forget_acked(self) -> None:
+        """Drop fetched-past results beyond the kept tail (call with ``_changed`` held)."""
+        acked_kept = self._acked - self._base
+        drop = max(acked_kept - KEPT_ACKED_RESULTS, 0)
+        kept_bytes = sum(self._sizes[drop:acked_kept])
+        while drop < acked_kept and kept_bytes > KEPT_ACKED_BYTES:
+            kept_bytes -= self._sizes[drop]
+            drop += 1
+        if drop:
+            del self._results[:drop]
+            del self._sizes[:drop]
+            self._base += drop
 
     def trim_checkpoints(self) -> None:
         """The attempt is over and the operator has its results: what retention kept for
@@ -245,7 +326,8 @@ class FunctionRunner:
 
     def _known_checkpoints(self) -> set[str]:
         with self._changed:
-            known = {r["checkpoint"] for r in self._results[self._acked:self._delivered] if r["checkpoint"]}
+            fetched = self._results[self._acked - self._base:max(self._delivered - self._base, 0)]
+            known = {r["checkpoint"] for r in fetched if r["checkpoint"]}
             return known | ({self._acked_checkpoint} if self._acked_checkpoint else set())
 
     def get_config(self) -> dict:
@@ -288,14 +370,20 @@ class FunctionRunner:
                     lambda: self.last_seq > after_seq or self._state != RUNNING, wait_s)
                 if self._state == RUNNING and self.last_seq > after_seq:
                     self._changed.wait_for(lambda: self._state != RUNNING, FETCH_LINGER_S)
-            start = max(after_seq - self.start_seq, 0)
-            batch = self._results[start:start + limit]
-            more = start + len(batch) < len(self._results)
-            acked = min(max(after_seq - self.start_seq, 0), len(self._results))
+            count = self._base + len(self._results)
+            # an operator asking for results dropped already (only one far behind its own
+            # cursor could) gets the oldest kept: the seqs show the gap
+            start = max(after_seq - self.start_seq, self._base)
+            batch = self._results[start - self._base:start - self._base + limit]
+            more = start + len(batch) < count
+            acked = min(max(after_seq - self.start_seq, 0), count)
             if acked > self._acked:
-                self._acked_checkpoint = next((r["checkpoint"] for r in reversed(self._results[self._acked:acked])
+                newly = self._results[max(self._acked - self._base, 0):acked - self._base]
+                self._acked_checkpoint = next((r["checkpoint"] for r in reversed(newly)
                                                if r["checkpoint"]), self._acked_checkpoint)
                 self._acked = acked
+                self._forget_acked()
+                self._changed.notify_all()      # a report waiting for room
             self._delivered = max(self._delivered, start + len(batch))
             state = RUNNING if more else self._state
             return {"trial_key": self.trial_key, "attempt": self.attempt, "results": batch,

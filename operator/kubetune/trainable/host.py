@@ -6,6 +6,11 @@ trials in turn (actor reuse): a finished trial's results stay until the executor
 ``release``s it or assigns the next trial, so an operator that restarts between the
 two can still fetch them.
 
+A process that still runs threads a finished trial left behind hosts no other
+trial: ``stop`` and ``release`` answer ``retire`` (the executor kills it instead of
+pooling it) and ``assign`` refuses.  Such a thread cannot report into the next
+trial anyway (api.py scopes sessions), but it may hold memory, a GPU or a port.
+
 A host nobody talks to ends itself (``on_idle``): after ``idle_timeout_s`` with no
 trial, or ``orphan_timeout_s`` holding a finished trial nobody fetched (its
 operator is gone for good).  A running trial is never ended this way.
@@ -21,6 +26,9 @@ from kubetune.trainable import api, output
 from kubetune.trainable.function_runner import RUNNING, FunctionRunner
 
 UNKNOWN = "unknown"   # this host does not hold the trial asked about
+# how long a finished trial's threads get to end before its process is retired: a thread
+# that ends right after the function (a logger flushing, a joined helper) is no reason
+STRAY_GRACE_S = 1.0
 
 
 class TrialHost:
@@ -36,8 +44,7 @@ class TrialHost:
         self._last_call = time.monotonic()
         self._hosted = 0
         if capture_output:
-            # A worker process of its own: prints of any thread belong to its trial.
-            api.share_session_with_all_threads()
+            # A worker process of its own: prints of a thread without a trial go to the current one.
             output.install(self._current_output)
         if on_idle is not None:
             self._idle_timeout_s = idle_timeout_s
@@ -57,6 +64,11 @@ class TrialHost:
                 return self._describe_locked(attached=True)
             if current is not None and current.state == RUNNING:
                 return self._describe_locked(refused=f"busy with {current.trial_key}")
+            strays = current.stray_threads() if current is not None else []
+            if strays:
+                return self._describe_locked(
+                    refused=f"threads left by trial {current.trial_key} still run ({', '.join(strays[:5])}); "
+                            "this worker is retired")
             runner = FunctionRunner(
                 launch["entrypoint"], trial_key=launch["trial_key"], config=launch["config"],
                 attempt=launch["attempt"], start_iteration=launch["start_iteration"],
@@ -93,22 +105,26 @@ class TrialHost:
             return {"trial_key": trial_key, "state": UNKNOWN, "results": [], "error": "",
                     "ended": True}
         runner.request_stop(at_checkpoint=at_checkpoint)
+        started = time.monotonic()
         ended = runner.join(timeout_s)
         batch = runner.fetch(after_seq if after_seq is not None else runner.last_seq)
         batch["ended"] = ended
         if ended:
-            self.release(trial_key)
+            grace = min(STRAY_GRACE_S, max(timeout_s - (time.monotonic() - started), 0.0))
+            batch["retire"] = self.release(trial_key, grace_s=grace)["retire"]
         return batch
 
-    def release(self, trial_key: str) -> None:
-        """Forget a finished trial: this host is free for the next one."""
+    def release(self, trial_key: str, grace_s: float = STRAY_GRACE_S) -> dict:
+        """Forget a finished trial: this host is free for the next one, unless threads the
+        trial started still run after ``grace_s``: ``retire`` names them."""
         self._touch()
         with self._lock:
             runner = self._runner
             if runner is None or runner.trial_key != trial_key or runner.state == RUNNING:
-                return
+                return {"retire": []}
             self._released = True
         runner.trim_checkpoints()
+        return {"retire": _wait_for_strays(runner, grace_s)}
 
     def describe(self) -> dict:
         self._touch()
@@ -137,7 +153,9 @@ class TrialHost:
                 "hosted": self._hosted, "attached": attached, "refused": refused}
 
     def _current_output(self):
-        runner = self._runner
+        # a thread's output goes where its reports go: a stray thread's to its own trial
+        session = api.current_session()
+        runner = session if isinstance(session, FunctionRunner) else self._runner
         return runner.output if runner is not None else None
 
     def _touch(self) -> None:
@@ -158,3 +176,12 @@ class TrialHost:
                 if idle_for > limit:
                     on_idle()
                     return
+
+
+def _wait_for_strays(runner: FunctionRunner, grace_s: float) -> list[str]:
+    deadline = time.monotonic() + grace_s
+    strays = runner.stray_threads()
+    while strays and time.monotonic() < deadline:
+        time.sleep(0.05)       # threads offer no "wait for any of these"; short and bounded
+        strays = runner.stray_threads()
+    return strays

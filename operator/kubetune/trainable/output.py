@@ -15,22 +15,46 @@ from typing import Callable, TextIO
 
 
 class LineBuffer:
-    """The last ``max_lines`` lines written, partial last line included."""
+    """The last ``max_lines`` lines written, partial last line included.
 
-    def __init__(self, max_lines: int = 1000):
+    A line longer than ``max_line_chars`` keeps its start and says how much was cut:
+    a program that prints without newlines (a progress bar redrawn with ``\r``) must
+    not grow the buffer without limit, nor make each write re-join what came before.
+    """
+
+    def __init__(self, max_lines: int = 1000, max_line_chars: int = 4096):
         self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
-        self._partial = ""
+        self._max_line_chars = max_line_chars
+        self._partial: list[str] = []      # pieces of the unfinished line, at most max_line_chars
+        self._partial_chars = 0
+        self._cut = 0                      # characters of the unfinished line not kept
         self._lock = threading.Lock()
 
     def write(self, text: str) -> None:
+        pieces = text.split("\n")
         with self._lock:
-            pieces = (self._partial + text).split("\n")
-            self._partial = pieces.pop()
-            self._lines.extend(pieces)
+            for index, piece in enumerate(pieces):
+                if index:
+                    self._lines.append(self._finish_line())
+                room = self._max_line_chars - self._partial_chars
+                if len(piece) > room:
+                    self._cut += len(piece) - room
+                    piece = piece[:room]
+                if piece:
+                    self._partial.append(piece)
+                    self._partial_chars += len(piece)
+
+    def _finish_line(self) -> str:
+        line = "".join(self._partial)
+        if self._cut:
+            line += f" ... [{self._cut} characters cut]"
+        self._partial, self._partial_chars, self._cut = [], 0, 0
+        return line
 
     def tail(self, lines: int | None = None) -> str:
         with self._lock:
-            content = list(self._lines) + ([self._partial] if self._partial else [])
+            partial = "".join(self._partial) + (f" ... [{self._cut} characters cut]" if self._cut else "")
+            content = list(self._lines) + ([partial] if partial else [])
         if lines is not None:
             content = content[-lines:] if lines > 0 else []
         return "\n".join(content)
