@@ -32,10 +32,21 @@ def load_experiment(path: str) -> dict[str, Any]:
     experiments = [d for d in documents if d.get("kind") == "Experiment"]
     if len(experiments) != 1:
         raise SystemExit(f"{path}: expected exactly one Experiment, found {len(experiments)}")
-    body = experiments[0]
+    body = _sorted_keys(experiments[0])
     body.setdefault("metadata", {}).setdefault("name", "experiment")
     body["metadata"].update(generation=1, uid=str(uuid.uuid4()))
     return body
+
+
+def _sorted_keys(value: Any) -> Any:
+    """``value`` with every mapping's keys in sorted order, as the API server stores an
+    object: the search samples parameters in searchSpace order, so a file run here gives
+    the same trials as the same file applied with kubectl."""
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
 
 
 async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_storage: str,

@@ -8,11 +8,15 @@ KubeRay); the CRDs are installed into it.
 
 ``namespace`` (function): a fresh namespace, deleted after the test
 (``temporary_namespace`` makes one for fixtures of other scopes and clusters).
+
+``kubectl`` (session): the project's own kubectl (built from the same Go module as the
+control plane), bound to ``kube_cluster``: the user's path, YAML 1.1 parsing included.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -22,8 +26,9 @@ from typing import Callable, Iterator
 import pytest
 
 from kubetune.devcluster import ControlPlane, ensure_binaries, install_crds
+from kubetune.devcluster.build import kubectl as kubectl_binary
 
-__all__ = ["KubeCluster", "kube_cluster", "namespace", "temporary_namespace", "wait_for"]
+__all__ = ["KubeCluster", "Kubectl", "kube_cluster", "kubectl", "namespace", "temporary_namespace", "wait_for"]
 
 
 @dataclass
@@ -35,6 +40,21 @@ class KubeCluster:
         """A new, ready ``kubernetes.client.ApiClient`` (close it, or use it in ``with``)."""
         from kubernetes import config
         return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+@dataclass
+class Kubectl:
+    binary: Path
+    kubeconfig: Path
+
+    def __call__(self, *args: str, input: str | None = None, check: bool = True,
+                 timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run ``kubectl <args>``; with ``check``, a non-zero exit fails the test with stderr."""
+        done = subprocess.run([str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
+                              input=input, capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+        return done
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.1,
@@ -97,3 +117,11 @@ def kube_cluster(request, tmp_path_factory):
 def namespace(kube_cluster):
     with temporary_namespace(kube_cluster, "kt-test-") as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def kubectl(request, kube_cluster):
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # a first build takes a minute or more
+        binary = kubectl_binary(log=lambda message: print(message, file=sys.stderr, flush=True))
+    return Kubectl(binary, kube_cluster.kubeconfig)

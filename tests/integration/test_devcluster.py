@@ -131,7 +131,7 @@ def test_prebuilt_binaries_are_used_without_building(tmp_path, monkeypatch):
     found = build.ensure_binaries(log=pytest.fail)
     assert found == {"etcd": assets / "etcd", "kube-apiserver": assets / "kube-apiserver",
                      "kube-controller-manager": cached / "kube-controller-manager",
-                     "kube-scheduler": cached / "kube-scheduler"}
+                     "kube-scheduler": cached / "kube-scheduler", "kubectl": cached / "kubectl"}
 
     override = tmp_path / "override"
     override.mkdir()

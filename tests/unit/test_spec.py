@@ -164,3 +164,27 @@ def test_spec_must_be_an_object():
     with pytest.raises(SpecError) as caught:
         parse_experiment(["not", "a", "mapping"])
     assert caught.value.path == "spec"
+
+
+@pytest.mark.parametrize("names,words", [
+    ([True], "named true: kubectl reads YAML 1.1"),          # PyYAML's `on:`/`yes:`
+    (["false"], "quote the key"),                              # kubectl's `n:`/`off:`
+    ([""], "empty parameter name"),
+    (["a.b", "a_b"], "parameters a.b and a_b"),
+    (["lr", "LR"], "parameters lr and LR"),
+    (["hidden-size", "HIDDEN_SIZE"], "(KUBETUNE_PARAM_HIDDEN_SIZE)"),
+    (["a b"], "letters, digits"),
+    (["x" * 129], "at most 128"),
+])
+def test_parameter_names_are_checked_like_the_crd(names, words):
+    spec = copy.deepcopy(GOOD)
+    spec["searchSpace"] = {name: {"uniform": [0, 1]} for name in names}
+    with pytest.raises(SpecError) as caught:
+        parse_experiment(spec)
+    assert caught.value.path.startswith("spec.searchSpace") and words in caught.value.message
+
+
+def test_parameter_names_that_are_distinct_variables_are_accepted():
+    spec = copy.deepcopy(GOOD)
+    spec["searchSpace"] = {name: {"uniform": [0, 1]} for name in ["lr", "lr2", "model/depth", "y", "a.b"]}
+    assert set(parse_experiment(spec).search_space) == {"lr", "lr2", "model/depth", "y", "a.b"}

@@ -1,4 +1,4 @@
-"""Find or build the control-plane binaries (etcd, kube-apiserver, ...).
+"""Find or build the control-plane binaries (etcd, kube-apiserver, ..., kubectl).
 
 Where each binary comes from, first match wins:
 
@@ -18,7 +18,7 @@ from typing import Iterable
 from kubetune.devcluster.gobuild import BuildError, GoModule, Log, cache_root, env_paths
 
 __all__ = ["ALL_BINARIES", "BuildError", "GOMOD_DIR", "KUBERNETES", "Log", "PACKAGES", "cache_root",
-           "ensure_binaries", "etcd_version", "kubernetes_version"]
+           "ensure_binaries", "etcd_version", "kubectl", "kubernetes_version"]
 
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 
@@ -28,6 +28,9 @@ PACKAGES = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    # the user's client: tests apply the examples with it, because it reads YAML 1.1
+    # (`y:` becomes true) where PyYAML does not
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
 }
 ALL_BINARIES = tuple(PACKAGES)
 
@@ -59,6 +62,11 @@ def kubernetes_version() -> str:
 
 def etcd_version() -> str:
     return KUBERNETES.required_version("go.etcd.io/etcd/server/v3")
+
+
+def kubectl(log: Log = print) -> Path:
+    """The project's own kubectl (same version as the control plane), built if missing."""
+    return KUBERNETES.ensure(["kubectl"], log)["kubectl"]
 
 
 def ensure_binaries(names: Iterable[str] = ALL_BINARIES, log: Log = print) -> dict[str, Path]:

@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from kubetune.spec.model import PARAM_REFERENCE
+from kubetune.spec.model import PARAM_REFERENCE, param_env_name
 
 LABEL_EXPERIMENT = "kubetune.dev/experiment"
 LABEL_TRIAL = "kubetune.dev/trial"
@@ -33,7 +33,6 @@ ANNOTATION_TRIAL_KEY = "kubetune.dev/trial-key"
 # "stdout": the operator reads the pod's results from its log (executors/pod_logs.py)
 ANNOTATION_METRICS_COLLECTOR = "kubetune.dev/metrics-collector"
 
-PARAM_ENV_PREFIX = "KUBETUNE_PARAM_"
 CONFIG_VOLUME = "kubetune-config"
 CONFIG_DIR = "/etc/kubetune"
 CONFIG_FILE = "config.json"
@@ -66,10 +65,6 @@ def config_map_name(trial: str) -> str:
 
 def secret_name(trial: str) -> str:
     return f"{trial}-token"
-
-
-def param_env_name(name: str) -> str:
-    return PARAM_ENV_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", str(name)).upper()
 
 
 def format_value(value: Any) -> str:

@@ -135,6 +135,16 @@ class TrialTemplate:
 # ``${params.<name>}`` in a pod template's command/args: replaced by the parameter's value
 PARAM_REFERENCE = re.compile(r"\$\{params\.([^}]*)\}")
 
+# A pod trial sees each parameter as the environment variable KUBETUNE_PARAM_<NAME>.
+# The CRD allows these characters in a name (so its CEL rule can map names the same way)
+# and refuses two names with one variable; parse.py checks the same for `kubetune run`.
+PARAM_ENV_PREFIX = "KUBETUNE_PARAM_"
+PARAM_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+
+
+def param_env_name(name: str) -> str:
+    return PARAM_ENV_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", str(name)).upper()
+
 
 @dataclass(frozen=True)
 class CheckpointSpec:

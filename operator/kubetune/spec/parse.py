@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from kubetune.spec.model import (
     ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
-    PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError, TrialResources,
-    TrialTemplate,
+    PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
+    TrialResources, TrialTemplate, param_env_name,
 )
 from kubetune.spec.quantities import parse_duration, parse_memory
 
@@ -187,7 +187,33 @@ def _search_space(raw: Any) -> dict[str, Param]:
     space = _mapping(raw, path)
     if not space:
         raise SpecError(path, "required: at least one parameter, e.g. lr: {loguniform: [1.0e-5, 1.0e-1]}")
+    _parameter_names(list(space))
     return {str(name): _param(str(name), entry) for name, entry in space.items()}
+
+
+YAML11_BOOLEAN_KEY = ("kubectl reads YAML 1.1, where an unquoted key y, n, yes, no, on or off is a boolean; "
+                      "quote the key, e.g. \"y\": {uniform: [-5, 5]}")
+
+
+def _parameter_names(names: list[Any]) -> None:
+    """The CRD's rules on ``searchSpace`` keys, for files run without a CRD."""
+    path = "spec.searchSpace"
+    seen: dict[str, str] = {}
+    for name in names:
+        # PyYAML turns yes/no/on/off (not y/n) into booleans; kubectl sends them as "true"/"false"
+        if isinstance(name, bool) or name in ("true", "false"):
+            raise SpecError(path, f"has a parameter named {str(name).lower()}: {YAML11_BOOLEAN_KEY}")
+        name = str(name)
+        if not name:
+            raise SpecError(path, "has an empty parameter name")
+        if not PARAM_NAME.match(name):
+            raise SpecError(f"{path}.{name}", "a parameter name has at most 128 characters, letters, digits and "
+                                              "_ . - / : (each name is also an environment variable of pod trials)")
+        env = param_env_name(name)
+        if env in seen:
+            raise SpecError(path, f"has parameters {seen[env]} and {name}, which are the same environment "
+                                  f"variable of a pod trial ({env}): rename one of them")
+        seen[env] = name
 
 
 def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:

@@ -1,0 +1,80 @@
+"""The examples through the user's path: the project's own kubectl (YAML 1.1, where an
+unquoted ``y:`` is ``true``) against the real API server, compared with what
+``kubetune run`` reads from the same file (PyYAML)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetune.core.search import Searcher
+from kubetune.devcluster.build import kubernetes_version
+from kubetune.local_run import load_experiment
+from kubetune.spec import parse_experiment
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXPERIMENT_FILES = sorted(path for path in EXAMPLES_DIR.rglob("*.yaml")
+                          if any((doc or {}).get("kind") == "Experiment"
+                                 for doc in yaml.safe_load_all(path.read_text())))
+
+
+def test_kubectl_is_the_control_planes_version(kubectl):
+    client = json.loads(kubectl("version", "--client", "-o", "json").stdout)["clientVersion"]
+    assert client["gitVersion"] == kubernetes_version()
+    assert "experiments.kubetune.dev" in kubectl("get", "crd", "-o", "name").stdout
+
+
+def test_every_readme_example_is_checked():
+    names = {str(path.relative_to(EXAMPLES_DIR)) for path in EXPERIMENT_FILES}
+    assert names >= {"quickstart.yaml", "asha.yaml", "gpu-queueing.yaml", "kuberay/experiment.yaml"}
+
+
+def applied_with_kubectl(kubectl, namespace: str, path: Path) -> dict:
+    """The Experiment as the API server stores it after ``kubectl apply -f path``."""
+    kubectl("apply", "-n", namespace, "-f", str(path))
+    name = load_experiment(str(path))["metadata"]["name"]
+    return json.loads(kubectl("get", "-n", namespace, "experiment", name, "-o", "json").stdout)
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(EXAMPLES_DIR)))
+def test_example_gives_the_same_trials_through_kubectl_and_kubetune_run(kubectl, namespace, path):
+    stored = applied_with_kubectl(kubectl, namespace, path)["spec"]
+    local = load_experiment(str(path))["spec"]           # what `kubetune run` reads
+    assert sorted(stored["searchSpace"]) == sorted(local["searchSpace"])
+    # the server fills in the CRD's defaults, `kubetune run` the parser's: the same spec either way
+    assert parse_experiment(stored) == parse_experiment(local)
+    # an example without a seed samples at random: give both the same seed to compare the trials
+    seeded = [replace(spec, search=replace(spec.search, seed=spec.search.seed or 0))
+              for spec in (parse_experiment(stored), parse_experiment(local))]
+    through_kubectl, through_run = Searcher(seeded[0]), Searcher(seeded[1])
+    for index in range(3):
+        assert through_kubectl.suggest(f"t-{index}") == through_run.suggest(f"t-{index}")
+
+
+@pytest.mark.parametrize("key", ["y", "n", "yes", "No", "on", "OFF"])
+def test_an_unquoted_yaml_11_boolean_key_is_refused_with_the_fix(kubectl, namespace, key):
+    manifest = f"""
+apiVersion: kubetune.dev/v1alpha1
+kind: Experiment
+metadata: {{name: yaml11}}
+spec:
+  objective: {{metric: loss, mode: min}}
+  searchSpace:
+    x: {{uniform: [0, 1]}}
+    {key}: {{uniform: [0, 1]}}
+  trial: {{entrypoint: "m:f"}}
+"""
+    refused = kubectl("apply", "-n", namespace, "-f", "-", input=manifest, check=False)
+    assert refused.returncode != 0
+    assert "spec.searchSpace" in refused.stderr and "YAML 1.1" in refused.stderr, refused.stderr
+    assert "quote the key" in refused.stderr, refused.stderr
+    # quoted, the same key is an ordinary parameter name
+    quoted = manifest.replace(f"    {key}:", f'    "{key}":')
+    kubectl("apply", "-n", namespace, "-f", "-", input=quoted)
+    stored = json.loads(kubectl("get", "-n", namespace, "experiment", "yaml11", "-o", "json").stdout)
+    assert sorted(stored["spec"]["searchSpace"]) == sorted(["x", key])
