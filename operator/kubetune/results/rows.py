@@ -1,0 +1,71 @@
+"""What the results store keeps, as plain values (no SQLAlchemy in the signatures)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class ExperimentRow:
+    uid: str                 # metadata.uid: a re-created Experiment of the same name is another row
+    namespace: str
+    name: str
+    metric: str = ""         # the objective
+    mode: str = ""           # min | max
+    phase: str = ""
+    created: float = 0.0     # epoch seconds, first seen
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    uid: str
+    experiment_uid: str
+    name: str
+    index: int = 0
+    params: Mapping[str, Any] = field(default_factory=dict)
+    phase: str = ""
+    reason: str = ""
+    best: float | None = None     # the objective's best value (never NaN)
+    iteration: int | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One ``kubetune.report(...)``.  ``metrics`` values are numbers (NaN and ±Infinity
+    included, kept as they are), strings, booleans; anything else is kept as JSON text."""
+    trial_uid: str
+    seq: int
+    iteration: int
+    metrics: Mapping[str, Any]
+    time: float = 0.0
+    attempt: int | None = None
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    """A failed attempt with its whole error (the Trial resource keeps only a capped tail)."""
+    trial_uid: str
+    attempt: int
+    reason: str
+    message: str
+    time: float = 0.0
+
+
+@dataclass
+class Batch:
+    """One write: upserted in one transaction, so a batch is stored whole or not at all."""
+    experiments: list[ExperimentRow] = field(default_factory=list)
+    trials: list[TrialRow] = field(default_factory=list)
+    results: list[ResultRow] = field(default_factory=list)
+    failures: list[FailureRow] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.experiments) + len(self.trials) + len(self.results) + len(self.failures)
+
+    def extend(self, other: "Batch") -> None:
+        self.experiments += other.experiments
+        self.trials += other.trials
+        self.results += other.results
+        self.failures += other.failures

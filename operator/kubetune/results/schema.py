@@ -1,0 +1,84 @@
+"""The tables, in SQLAlchemy Core: one schema for SQLite and PostgreSQL.
+
+A metric is one row of ``metrics`` (not a JSON document) so that a float is a real
+column value: PostgreSQL's double precision keeps NaN and ±Infinity; SQLite keeps
+±Infinity but turns a bound NaN into NULL, so ``Double`` below stores NaN as NULL
+there and ``kind`` tells a NaN from a missing value when reading."""
+from __future__ import annotations
+
+import math
+
+from sqlalchemy import (BigInteger, Column, Double as _Double, Index, Integer, MetaData, PrimaryKeyConstraint,
+                        String, Table, Text, TypeDecorator)
+
+
+class Double(TypeDecorator):
+    impl = _Double
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and dialect.name == "sqlite" and math.isnan(value):
+            return None
+        return value
+
+
+metadata = MetaData()
+
+experiments = Table(
+    "kubetune_experiments", metadata,
+    Column("uid", String(64), primary_key=True),
+    Column("namespace", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("metric", Text, nullable=False, default=""),
+    Column("mode", String(8), nullable=False, default=""),
+    Column("phase", String(32), nullable=False, default=""),
+    Column("created", Double, nullable=False, default=0.0),
+    Index("kubetune_experiments_by_name", "namespace", "name"),
+)
+
+trials = Table(
+    "kubetune_trials", metadata,
+    Column("uid", String(64), primary_key=True),
+    Column("experiment_uid", String(64), nullable=False, index=True),
+    Column("name", Text, nullable=False),
+    Column("index", Integer, nullable=False, default=0),
+    Column("params", Text, nullable=False, default="{}"),     # JSON
+    Column("phase", String(32), nullable=False, default=""),
+    Column("reason", Text, nullable=False, default=""),
+    Column("best", Double),
+    Column("iteration", BigInteger),
+    Column("attempt", Integer, nullable=False, default=0),
+)
+
+results = Table(
+    "kubetune_results", metadata,
+    Column("trial_uid", String(64), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("iteration", BigInteger, nullable=False),
+    Column("attempt", Integer),
+    Column("time", Double, nullable=False, default=0.0),
+    Column("checkpoint", Text),
+    PrimaryKeyConstraint("trial_uid", "seq", name="kubetune_results_pk"),
+)
+
+# kind: f float, i int (exact digits in ``text``), b bool, s string (``text``), j other JSON
+metrics = Table(
+    "kubetune_metrics", metadata,
+    Column("trial_uid", String(64), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("kind", String(1), nullable=False),
+    Column("value", Double),
+    Column("text", Text),
+    PrimaryKeyConstraint("trial_uid", "seq", "name", name="kubetune_metrics_pk"),
+)
+
+failures = Table(
+    "kubetune_failures", metadata,
+    Column("trial_uid", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("message", Text, nullable=False, default=""),
+    Column("time", Double, nullable=False, default=0.0),
+    PrimaryKeyConstraint("trial_uid", "attempt", name="kubetune_failures_pk"),
+)

@@ -1,0 +1,166 @@
+"""ResultsStore: the one interface to the results database, on SQLAlchemy.
+
+Every write is an upsert keyed by identity (experiment UID, trial UID, (trial UID,
+result seq), (trial UID, attempt)), so a batch written twice — a retry after a lost
+connection, an operator restarted before it recorded how far it got — never
+duplicates a row.  Results use "the newest delivery wins": a refetched result is the
+same result, and a result seq reused by the run that replaced a lost one (operator
+killed after this write but before the Trial's lastResultSeq) replaces the stale row.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy.engine import make_url
+
+from kubetune.results import schema, values
+from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+
+URL_ENV = "KUBETUNE_RESULTS_URL"
+CHUNK_ROWS = 5000   # rows per statement: bounds the memory of one executemany
+
+
+def default_url() -> str:
+    """``$KUBETUNE_RESULTS_URL``, else a SQLite file in the user's data directory."""
+    if os.environ.get(URL_ENV):
+        return os.environ[URL_ENV]
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{base / 'kubetune' / 'results.db'}"
+
+
+def open_store(url: str | None = None) -> "ResultsStore":
+    return ResultsStore(url or default_url())
+
+
+def _engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")   # psycopg 3, not the default psycopg2
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(connection, _record) -> None:
+            # WAL: `kubetune results` reads while the operator writes
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+        return engine
+    # pre-ping: a restarted database server costs one failed batch, not a dead pool
+    return create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2)
+
+
+def _insert(dialect: str):
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        raise ValueError(f"results store: unsupported database {dialect!r} (use sqlite or postgresql)")
+    return insert
+
+
+class ResultsStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _engine(url)
+        self._insert = _insert(self.engine.dialect.name)
+        schema.metadata.create_all(self.engine)
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ writes
+
+    def write(self, batch: Batch) -> None:
+        """Upsert a batch in one transaction."""
+        with self.engine.begin() as connection:
+            self._upsert(connection, schema.experiments, ["uid"], [
+                {"uid": e.uid, "namespace": e.namespace, "name": e.name, "metric": e.metric, "mode": e.mode,
+                 "phase": e.phase, "created": e.created or time.time()} for e in batch.experiments],
+                keep=("created",))
+            self._upsert(connection, schema.trials, ["uid"], [
+                {"uid": t.uid, "experiment_uid": t.experiment_uid, "name": t.name, "index": t.index,
+                 "params": json.dumps(dict(t.params), default=str), "phase": t.phase, "reason": t.reason,
+                 "best": t.best, "iteration": t.iteration, "attempt": t.attempt} for t in batch.trials])
+            self._upsert(connection, schema.results, ["trial_uid", "seq"], [
+                {"trial_uid": r.trial_uid, "seq": r.seq, "iteration": r.iteration, "attempt": r.attempt,
+                 "time": r.time, "checkpoint": r.checkpoint} for r in batch.results])
+            self._upsert(connection, schema.metrics, ["trial_uid", "seq", "name"], [
+                dict(zip(("kind", "value", "text"), values.encode(value)), trial_uid=r.trial_uid, seq=r.seq, name=name)
+                for r in batch.results for name, value in r.metrics.items()])
+            self._upsert(connection, schema.failures, ["trial_uid", "attempt"], [
+                {"trial_uid": f.trial_uid, "attempt": f.attempt, "reason": f.reason, "message": f.message,
+                 "time": f.time} for f in batch.failures])
+
+    def _upsert(self, connection, table, keys: list[str], rows: Sequence[dict[str, Any]],
+                keep: Iterable[str] = ()) -> None:
+        if not rows:
+            return
+        # several updates of one row in a batch: the last wins (and one statement may
+        # not touch a row twice on PostgreSQL's multi-row path)
+        unique = list({tuple(row[k] for k in keys): row for row in rows}.values())
+        statement = self._insert(table)
+        update = {c.name: statement.excluded[c.name] for c in table.columns
+                  if c.name not in keys and c.name not in keep}
+        statement = statement.on_conflict_do_update(index_elements=keys, set_=update)
+        for start in range(0, len(unique), CHUNK_ROWS):
+            connection.execute(statement, unique[start:start + CHUNK_ROWS])
+
+    # ------------------------------------------------------------------ reads
+
+    def experiments(self, namespace: str | None = None) -> list[ExperimentRow]:
+        query = select(schema.experiments).order_by(schema.experiments.c.created)
+        if namespace is not None:
+            query = query.where(schema.experiments.c.namespace == namespace)
+        with self.engine.connect() as connection:
+            return [ExperimentRow(**row._mapping) for row in connection.execute(query)]
+
+    def experiment(self, namespace: str, name: str) -> ExperimentRow | None:
+        """The newest Experiment of that name (an Experiment deleted and re-created is a new one)."""
+        found = [e for e in self.experiments(namespace) if e.name == name]
+        return found[-1] if found else None
+
+    def trials(self, experiment_uid: str) -> list[TrialRow]:
+        table = schema.trials
+        query = select(table).where(table.c.experiment_uid == experiment_uid).order_by(table.c.index, table.c.name)
+        with self.engine.connect() as connection:
+            return [TrialRow(**{**row._mapping, "params": json.loads(row.params)})
+                    for row in connection.execute(query)]
+
+    def results(self, experiment_uid: str, trial_uid: str | None = None) -> list[ResultRow]:
+        """Every stored result of the experiment (or one trial), by trial and seq."""
+        uids = [trial_uid] if trial_uid else [t.uid for t in self.trials(experiment_uid)]
+        rows: list[ResultRow] = []
+        with self.engine.connect() as connection:
+            for uid in uids:
+                metrics: dict[int, dict[str, Any]] = {}
+                m = schema.metrics
+                for row in connection.execute(select(m.c.seq, m.c.name, m.c.kind, m.c.value, m.c.text)
+                                              .where(m.c.trial_uid == uid)):
+                    metrics.setdefault(row.seq, {})[row.name] = values.decode(row.kind, row.value, row.text)
+                r = schema.results
+                for row in connection.execute(select(r).where(r.c.trial_uid == uid).order_by(r.c.seq)):
+                    rows.append(ResultRow(trial_uid=uid, seq=row.seq, iteration=row.iteration,
+                                          metrics=metrics.get(row.seq, {}), time=row.time,
+                                          attempt=row.attempt, checkpoint=row.checkpoint))
+        return rows
+
+    def failures(self, experiment_uid: str) -> list[FailureRow]:
+        f, t = schema.failures, schema.trials
+        query = (select(f).join(t, t.c.uid == f.c.trial_uid).where(t.c.experiment_uid == experiment_uid)
+                 .order_by(t.c.index, f.c.attempt))
+        with self.engine.connect() as connection:
+            return [FailureRow(**row._mapping) for row in connection.execute(query)]
