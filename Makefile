@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench e2e clean-venv
+.PHONY: demo test unit integration bench e2e clean-venv postgres
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubetune demo
 
-test: $(STAMP)
+test: $(STAMP) postgres
 	$(BIN)/kubetune devcluster build
 	$(BIN)/python -m pytest tests -q -ra
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
-integration: $(STAMP)
+integration: $(STAMP) postgres
 	$(BIN)/python -m pytest tests/integration -q -ra
 
 bench: $(STAMP)
@@ -34,6 +34,17 @@ bench: $(STAMP)
 # reason) where no Docker engine runs; E2E_REQUIRED=1 turns the skip into a failure
 e2e: $(STAMP)
 	$(BIN)/python tests/e2e/kind_e2e.py
+
+# PostgreSQL's server binaries: the results-store tests start a real server of their own
+# (tests/integration/postgres_fixtures.py); Debian's package, installed once if missing
+postgres:
+	@if command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
+	else \
+		echo "make postgres: PostgreSQL's server is missing; install it (Debian/Ubuntu: sudo apt-get install postgresql)" >&2; \
+		exit 1; \
+	fi
 
 clean-venv:
 	rm -rf $(VENV)

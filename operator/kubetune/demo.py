@@ -89,6 +89,8 @@ def main(args: argparse.Namespace) -> int:
         phase = _watch(api, args.namespace, name, operator, args.timeout, log_path)
         _say("")
         _say(_kubectl_get(api, args.namespace, name))
+        _say(f"\ndemo: every result is in the results store: kubetune results {name} -n {args.namespace}"
+             " [-o json|csv] [--plot DIR]")
         if not args.keep:
             api.delete_namespaced_custom_object("kubetune.dev", "v1alpha1", args.namespace, "experiments", name)
         return 0 if phase == "Succeeded" else 1

@@ -1,6 +1,7 @@
 """kopf registration only: every handler routes to controller.operator_state."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import kopf
@@ -11,8 +12,11 @@ from kubetune.controller.operator_state import OperatorState
 from kubetune.controller.pod_cluster import PodSupport
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, load_config
 from kubetune.k8s.store import KubeStore
+from kubetune.results import open_store
+from kubetune.results.writer import ResultsWriter
 
 STATE: OperatorState | None = None
+RESULTS: ResultsWriter | None = None  # every result to the results store, from its own thread
 PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint + pod executor)
 
 
@@ -29,7 +33,7 @@ def _event_poster(body):
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global STATE, PODS
+    global STATE, PODS, RESULTS
     load_config()
     settings.persistence.finalizer = "kubetune.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
@@ -45,10 +49,13 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url)
     registry = ClusterRegistry(chosen.ray_address, _executor_factory,
                                pod_cluster=await PODS.start())
+    # opened by the writer's thread: a database that is down at start delays the
+    # results (kept, retried), never the operator
+    RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
     STATE = OperatorState(
         registry,
         store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body)),
-        checkpoint_storage=chosen.checkpoint_storage)
+        checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
     metrics.watch_state(lambda: STATE)
 
 
@@ -73,6 +80,8 @@ async def experiment_deleted(namespace: str, name: str, **_) -> None:
 
 
 @kopf.on.cleanup()
-async def stop_ingest(**_) -> None:
+async def stop_ingest_and_results(**_) -> None:
     if PODS is not None:
         await PODS.stop()
+    if RESULTS is not None:   # what the last cycles handed over
+        await asyncio.to_thread(RESULTS.close)

@@ -1,5 +1,7 @@
 """``kubetune run FILE``: the same Experiment file and the same controller loop, on
-embedded Ray, with an in-memory store instead of Kubernetes."""
+embedded Ray, with an in-memory store instead of Kubernetes.  Every result goes to
+the results store (a local SQLite file unless --results-url says otherwise), where
+``kubetune results`` reads it."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +17,10 @@ import yaml
 from kubetune.controller import table
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.experiment import ExperimentController
+from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.controller.store import MemoryStore
+from kubetune.results import default_url, open_store
+from kubetune.results.writer import ResultsWriter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=["table", "json"], default="table",
                         help="table: live progress; json: one machine-readable summary at the end")
     parser.add_argument("--checkpoint-storage", default="", help="where checkpoints go (default: ~/.cache/kubetune)")
+    parser.add_argument("--results-url", default="",
+                        help="results store (default: $KUBETUNE_RESULTS_URL or sqlite:///~/.local/share/kubetune/results.db)")
 
 
 def load_experiment(path: str) -> dict[str, Any]:
@@ -51,8 +58,10 @@ def _sorted_keys(value: Any) -> Any:
 
 async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_storage: str,
                          show: bool, on_cycle: Callable[[ExperimentController], None] | None = None,
+                         results_url: str | None = None,
                          ) -> tuple[ExperimentController, MemoryStore]:
-    """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle."""
+    """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle.
+    ``results_url``: the results store (None: the default; "": none, e.g. benchmarks)."""
     from kubetune.executors.ray import RayExecutor
 
     events: list[str] = []
@@ -69,10 +78,18 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
             last_drawn[0] = now
             table.draw(sys.stdout, controller, store)
 
+    writer = ResultsWriter(lambda: open_store(results_url)) if results_url != "" else None
     controller = ExperimentController(namespace=namespace, name=body["metadata"]["name"], store=store,
                                       registry=registry, body=lambda: body, on_cycle=draw,
-                                      checkpoint_storage=checkpoint_storage)
-    await controller.run(stopped=lambda: _finished(controller, store))
+                                      checkpoint_storage=checkpoint_storage,
+                                      results=ResultsRecorder(writer, namespace, lambda: body) if writer else None)
+    try:
+        await controller.run(stopped=lambda: _finished(controller, store))
+    finally:
+        if writer is not None:
+            await asyncio.to_thread(writer.close, 60.0)
+            if writer.problem:
+                print(f"kubetune: results not stored: {writer.problem}", file=sys.stderr)
     if show:
         table.draw(sys.stdout, controller, store, final=True)
     return controller, store
@@ -90,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     body = load_experiment(args.file)
     controller, store = asyncio.run(run_experiment(
         body, ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
-        show=args.output == "table"))
+        show=args.output == "table", results_url=args.results_url or None))
     status = store.experiment_status
     if args.output == "json":
         trials = [{"name": name, "phase": t["status"].get("phase"), "parameters": t["spec"]["parameters"],
@@ -99,4 +116,8 @@ def main(args: argparse.Namespace) -> int:
         json.dump({"experiment": body["metadata"]["name"], "status": status, "trials": trials},
                   sys.stdout, indent=2, default=str)
         print()
+    else:
+        url = args.results_url or default_url()
+        print(f"every result: kubetune results {body['metadata']['name']} --namespace "
+              f"{body['metadata'].get('namespace', 'local')} --store {url}")
     return 0 if status.get("phase") == "Succeeded" else 1

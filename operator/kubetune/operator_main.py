@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingest-url", default=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
                         help="URL trial pods reach that endpoint at (default: the kubetune-ingest Service "
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
+    # an env fallback too, so a PostgreSQL URL (with its password) can come from a Secret
+    parser.add_argument("--results-url", default=env_fallback("KUBETUNE_RESULTS_URL", ""),
+                        help="results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
+                             "(default: sqlite:///~/.local/share/kubetune/results.db)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -34,7 +38,8 @@ def main(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure(OperatorSettings(ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
-                               ingest_port=args.ingest_port, ingest_url=args.ingest_url))
+                               ingest_port=args.ingest_port, ingest_url=args.ingest_url,
+                               results_url=args.results_url))
     import kubetune.handlers  # noqa: F401  (registers the handlers)
 
     async def run() -> None:

@@ -41,6 +41,7 @@ class OperatorSettings:
     checkpoint_storage: str = ""
     ingest_port: int = 8081
     ingest_url: str = ""
+    results_url: str = ""      # the results store; "": kubetune.results.default_url()
 
 
 _current: OperatorSettings | None = None
@@ -57,4 +58,5 @@ def current() -> OperatorSettings:
     return _current or OperatorSettings(
         ray_address=env_fallback("KUBETUNE_RAY_ADDRESS", "local"),
         checkpoint_storage=env_fallback("KUBETUNE_CHECKPOINT_STORAGE", ""),
-        ingest_url=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""))
+        ingest_url=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
+        results_url=env_fallback("KUBETUNE_RESULTS_URL", ""))

@@ -1,8 +1,24 @@
 """Integration fixtures: a real control plane (kube_fixtures), real Ray
-(ray_fixtures) and the operator process (operator_fixtures)."""
+(ray_fixtures), the operator process (operator_fixtures), PostgreSQL
+(postgres_fixtures)."""
+import os
+import tempfile
+
+import pytest
+
 from autoscaler_fixtures import *  # noqa: F401,F403
 from kube_fixtures import *  # noqa: F401,F403  (pytest discovers fixtures by name)
 from operator_fixtures import *  # noqa: F401,F403
 from pod_fixtures import *  # noqa: F401,F403
+from postgres_fixtures import *  # noqa: F401,F403
 from ray_fixtures import *  # noqa: F401,F403
 from recovery_fixtures import *  # noqa: F401,F403
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _results_store_of_the_session():
+    """Processes the tests start without a --results-url (kubetune run, the chart's
+    operator) write to a store of this session, never to the user's own."""
+    directory = tempfile.mkdtemp(prefix="kubetune-results-")
+    os.environ.setdefault("KUBETUNE_RESULTS_URL", f"sqlite:///{directory}/results.db")
+    yield

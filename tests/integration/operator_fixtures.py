@@ -25,6 +25,8 @@ class OperatorProcess:
         self.namespace = namespace
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        # its own results store, which tests read (kubetune.results)
+        self.results_url = f"sqlite:///{workdir / 'results.db'}"
 
     @property
     def log_path(self) -> Path:
@@ -36,7 +38,7 @@ class OperatorProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kubetune", "operator", "--namespace", self.namespace,
              "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
-             *self.extra_args],
+             "--results-url", self.results_url, *self.extra_args],
             env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
         return self
 

@@ -118,7 +118,8 @@ class Operator:
         self.log_path = workdir / f"operator-{namespace}.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kubetune", "operator", "--namespace", namespace, "--ray-address", ray_address,
-             "--checkpoint-storage", str(workdir / "checkpoints"), "--log-level", "WARNING"],
+             "--checkpoint-storage", str(workdir / "checkpoints"), "--log-level", "WARNING",
+             "--results-url", f"sqlite:///{workdir / f'results-{namespace}.db'}"],
             env={**env, "KUBECONFIG": str(kubeconfig)}, stdout=open(self.log_path, "w"),
             stderr=subprocess.STDOUT)
 

@@ -17,6 +17,7 @@ from kubetune.controller import render
 from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
+from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
 from kubetune.controller.conditions import parse_rfc3339, set_condition
 from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
@@ -41,10 +42,14 @@ POLL_WAIT_SECONDS = 0.05
 class ExperimentController:
     def __init__(self, *, namespace: str, name: str, store: Store, registry: ClusterRegistry,
                  body: Callable[[], Mapping[str, Any]], clock: Callable[[], float] = time.time,
-                 checkpoint_storage: str = "", on_cycle: Callable[["ExperimentController"], None] | None = None) -> None:
+                 checkpoint_storage: str = "", on_cycle: Callable[["ExperimentController"], None] | None = None,
+                 results: ResultsRecorder | None = None) -> None:
         self.namespace = namespace
         self.name = name
-        self.store = store
+        # every accepted result and failed attempt also goes to the results store
+        # (kubetune.results); Trial and Experiment metadata follow the status writes
+        self.results = results
+        self.store = RecordingStore(store, results) if results is not None else store
         self.registry = registry
         self._body = body
         self._clock = clock
@@ -283,9 +288,8 @@ class ExperimentController:
             cluster_fault = self._is_connection_error(error)
             if cluster_fault:
                 self.cluster.mark_unavailable(error)
-            await self._apply(self.runner.on_trial_errored(
-                decision.name, f"launch failed: {type(error).__name__}: {error}", now,
-                cluster_fault=cluster_fault))
+            await self._trial_errored(decision.name, f"launch failed: {type(error).__name__}: {error}", now,
+                                      cluster_fault=cluster_fault)
             return
         self.runner.on_trial_launched(decision.name, now)
         if decision.attempt == 0 and not decision.checkpoint:
@@ -313,6 +317,7 @@ class ExperimentController:
         if update is not None and update.results:
             # what it reported up to its pausing checkpoint: it resumes from there
             self.runner.on_trial_paused(decision.name, update.results)
+            self._record_results(decision.name, [r for r in update.results if recorded < r.seq <= trial.last_seq])
         if trial.last_seq != recorded:
             await self._persist_trial(decision.name)
 
@@ -412,22 +417,38 @@ class ExperimentController:
                 busy = True
                 self._touched.add(name)
                 metrics.results_processed(len(update.results))
+                accepted = []
                 for result in update.results:
                     await self._apply(self.runner.on_trial_result(name, result, now))
+                    if trial.last_seq == result.seq:
+                        accepted.append(result)
+                self._record_results(name, accepted)
             if update.state == "completed":
                 busy = True
                 await self._apply(self.runner.on_trial_completed(name, now))
             elif update.state == "failed":
                 busy = True
-                await self._apply(self.runner.on_trial_errored(name, update.error or "trial failed", now))
+                await self._trial_errored(name, update.error or "trial failed", now)
             elif update.state == "missing":
                 busy = True
-                await self._apply(self.runner.on_trial_errored(
-                    name, update.error or "trial's Ray actor is gone (worker or node died)", now,
-                    cluster_fault=bool(getattr(update, "cluster_fault", False))))
+                await self._trial_errored(name, update.error or "trial's Ray actor is gone (worker or node died)",
+                                          now, cluster_fault=bool(getattr(update, "cluster_fault", False)))
             if busy:
                 self._touched.add(name)
         return busy
+
+    def _record_results(self, name: str, results: list) -> None:
+        """The results the runner took (a result of a run it already stopped or paused is
+        not the trial's): to the results store, whose writer thread does the I/O."""
+        if self.results is not None and results:
+            self.results.results(name, results)
+
+    async def _trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> None:
+        """A failed attempt: its whole error to the results store, then to the runner."""
+        trial = self.runner.trials.get(name)
+        if self.results is not None and trial is not None and trial.phase is TrialPhase.RUNNING:
+            self.results.failure(name, trial.attempt, "ClusterFault" if cluster_fault else "Error", error, now)
+        await self._apply(self.runner.on_trial_errored(name, error, now, cluster_fault=cluster_fault))
 
     # ------------------------------------------------------------------ status
 
@@ -462,6 +483,11 @@ class ExperimentController:
                                   for c in self._experiment_written.get("conditions") or []):
                 extra.append(("RayUnavailable", unavailable, "ConnectionFailed" if unavailable else "Connected",
                               self.cluster.last_error))
+        if self.results is not None:
+            condition = self.results.condition(any(c.get("type") == "ResultsStoreUnavailable"
+                                                   for c in self._experiment_written.get("conditions") or []))
+            if condition is not None:
+                extra.append(condition)
         if self._spec_problem is not None:
             extra.append(("SpecRejected", True, *self._spec_problem))
         elif any(c.get("type") == "SpecRejected" for c in self._experiment_written.get("conditions") or []):

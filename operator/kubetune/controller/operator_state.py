@@ -8,14 +8,17 @@ from typing import Any, Callable, Mapping
 
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.experiment import ExperimentController
+from kubetune.controller.results_recorder import ResultsRecorder
+from kubetune.results.writer import ResultsWriter
 
 log = logging.getLogger(__name__)
 
 
 class OperatorState:
     def __init__(self, registry: ClusterRegistry, store_factory: Callable[[str, str, Mapping[str, Any]], Any],
-                 checkpoint_storage: str) -> None:
+                 checkpoint_storage: str, results: ResultsWriter | None = None) -> None:
         self.registry = registry
+        self.results = results   # the results store's writer, shared by every Experiment
         self._store_factory = store_factory
         self._checkpoint_storage = checkpoint_storage
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
@@ -25,7 +28,8 @@ class OperatorState:
         if key not in self.controllers:
             self.controllers[key] = ExperimentController(
                 namespace=namespace, name=name, store=self._store_factory(namespace, name, body),
-                registry=self.registry, body=lambda: body, checkpoint_storage=self._checkpoint_storage)
+                registry=self.registry, body=lambda: body, checkpoint_storage=self._checkpoint_storage,
+                results=ResultsRecorder(self.results, namespace, lambda: body) if self.results is not None else None)
         return self.controllers[key]
 
     def wake(self, namespace: str, name: str) -> None:

@@ -40,6 +40,14 @@ def status_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> lis
     elif down_before and not down_now and _condition(status, "RayUnavailable") is not None:
         events.append(("Normal", "RayConnected", "the Ray cluster answers again; trials continue"))
 
+    lost_before, lost_now = _is_true(previous, "ResultsStoreUnavailable"), _is_true(status, "ResultsStoreUnavailable")
+    if lost_now and not lost_before:
+        message = (_condition(status, "ResultsStoreUnavailable") or {}).get("message") or "results store unavailable"
+        events.append(("Warning", "ResultsStoreUnavailable", message[:MAX_MESSAGE]))
+    elif lost_before and not lost_now and _condition(status, "ResultsStoreUnavailable") is not None:
+        message = (_condition(status, "ResultsStoreUnavailable") or {}).get("message") or "results are stored"
+        events.append(("Normal", "ResultsStored", message[:MAX_MESSAGE]))
+
     phase_before, phase_now = previous.get("phase"), status.get("phase")
     if phase_now == "Suspended" and phase_before != "Suspended":
         events.append(("Normal", "Suspended", "spec.suspend is true: no new trials are launched"))

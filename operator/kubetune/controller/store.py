@@ -6,6 +6,7 @@ only ever talks to this protocol, so both paths run the very same loop.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Mapping, Protocol
 
 
@@ -40,7 +41,9 @@ class MemoryStore:
         name = body["metadata"]["name"]
         if name not in self.trials:
             self.writes += 1
-            self.trials[name] = {**body, "status": dict(body.get("status") or {})}
+            # a UID as the API server gives one: the results store keys trials by it
+            metadata = {**body["metadata"], "uid": str(uuid.uuid4())}
+            self.trials[name] = {**body, "metadata": metadata, "status": dict(body.get("status") or {})}
         return self.trials[name]
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:

@@ -33,8 +33,16 @@ def default_url() -> str:
     return f"sqlite:///{base / 'kubetune' / 'results.db'}"
 
 
-def open_store(url: str | None = None) -> "ResultsStore":
-    return ResultsStore(url or default_url())
+def open_store(url: str | None = None, *, create: bool = True) -> "ResultsStore":
+    """The store at ``url`` (default: ``default_url()``).  ``create=False`` (readers):
+    a SQLite file that does not exist is an error rather than a new empty store."""
+    url = url or default_url()
+    parsed = make_url(url)
+    if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
+            and not Path(parsed.database).expanduser().exists():
+        raise FileNotFoundError(f"no results store at {parsed.database} "
+                                "(`kubetune run` and the operator create it with their first result)")
+    return ResultsStore(url)
 
 
 def _engine(url: str) -> Engine:
@@ -74,6 +82,11 @@ class ResultsStore:
         self.engine = _engine(url)
         self._insert = _insert(self.engine.dialect.name)
         schema.metadata.create_all(self.engine)
+
+    @property
+    def url_shown(self) -> str:
+        """The URL without its password, for messages and logs."""
+        return make_url(self.url).render_as_string(hide_password=True)
 
     @property
     def backend(self) -> str:

@@ -1,0 +1,144 @@
+"""One Experiment's side of the results store: what the controller sees, as rows for
+the operator's ResultsWriter (kubetune.results).  No I/O here: ``submit`` only queues.
+
+Results are keyed by the Trial's UID (not its name, which a re-created Experiment
+reuses), learnt when the Trial is created or listed.  ``RecordingStore`` wraps the
+controller's Store so Experiment and Trial metadata (phase, best value, parameters)
+follow the status writes without the controller asking."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from kubetune.core.types import Result
+from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.writer import ResultsWriter
+
+log = logging.getLogger(__name__)
+
+
+class ResultsRecorder:
+    def __init__(self, writer: ResultsWriter, namespace: str, body: Callable[[], Mapping[str, Any]]) -> None:
+        self.writer = writer
+        self.namespace = namespace
+        self._body = body
+        self._trials: dict[str, TrialRow] = {}    # name -> the last row submitted
+        self._phase: str | None = None             # the Experiment's, as last submitted
+
+    @property
+    def experiment_uid(self) -> str:
+        return self._body()["metadata"]["uid"]
+
+    def condition(self, shown: bool) -> tuple[str, bool, str, str] | None:
+        """The Experiment's ResultsStoreUnavailable condition; None while it was never needed
+        (``shown``: the Experiment has it already)."""
+        writer = self.writer
+        lost = f"; {writer.dropped} results were dropped (buffer full)" if writer.dropped else ""
+        if writer.problem:
+            return ("ResultsStoreUnavailable", True, "WriteFailed",
+                    f"results are kept in memory and retried: {writer.problem}{lost}")
+        if shown or lost:
+            return ("ResultsStoreUnavailable", False, "Written", f"results are stored{lost}")
+        return None
+
+    # ------------------------------------------------------------------ what the controller reports
+
+    def experiment_status(self, status: Mapping[str, Any]) -> None:
+        self._phase = str(status.get("phase") or self._phase or "")
+        body = self._body()
+        objective = (body.get("spec") or {}).get("objective") or {}
+        self.writer.submit(Batch(experiments=[ExperimentRow(
+            uid=self.experiment_uid, namespace=self.namespace, name=body["metadata"]["name"],
+            metric=str(objective.get("metric", "")), mode=str(objective.get("mode", "min")),
+            phase=self._phase, created=time.time())]))
+
+    def trial(self, body: Mapping[str, Any]) -> None:
+        """A Trial resource as created or listed: its UID, index and parameters."""
+        if self._phase is None:   # `kubetune results` finds trials through their Experiment
+            self.experiment_status({})
+        meta, spec = body["metadata"], body.get("spec") or {}
+        row = TrialRow(uid=meta.get("uid") or self._fallback_uid(meta["name"]), experiment_uid=self.experiment_uid,
+                       name=meta["name"], index=int(spec.get("index", 0)), params=dict(spec.get("parameters") or {}))
+        self._trials[row.name] = self._with_status(row, body.get("status") or {})
+        self.writer.submit(Batch(trials=[self._trials[row.name]]))
+
+    def trial_status(self, name: str, status: Mapping[str, Any]) -> None:
+        row = self._trials.get(name)
+        if row is None:
+            return
+        self._trials[name] = self._with_status(row, status)
+        self.writer.submit(Batch(trials=[self._trials[name]]))
+
+    def results(self, name: str, results: Iterable[Result]) -> None:
+        uid = self._uid(name)
+        rows = [ResultRow(trial_uid=uid, seq=r.seq, iteration=r.iteration, metrics=dict(r.metrics),
+                          time=r.timestamp, attempt=r.attempt, checkpoint=r.checkpoint) for r in results]
+        if rows:
+            self.writer.submit(Batch(results=rows))
+
+    def failure(self, name: str, attempt: int, reason: str, message: str, now: float) -> None:
+        """A failed attempt, with its whole error (the Trial keeps a capped tail)."""
+        self.writer.submit(Batch(failures=[FailureRow(self._uid(name), attempt, reason, message, now)]))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _uid(self, name: str) -> str:
+        row = self._trials.get(name)
+        return row.uid if row is not None else self._fallback_uid(name)
+
+    def _fallback_uid(self, name: str) -> str:
+        # not expected (a Trial is created or listed before it runs); stays unique per Experiment
+        log.warning("%s/%s: no UID known for trial %s", self.namespace, self._body()["metadata"]["name"], name)
+        return f"{self.experiment_uid}/{name}"
+
+    @staticmethod
+    def _with_status(row: TrialRow, status: Mapping[str, Any]) -> TrialRow:
+        if not status:
+            return row
+        best = status.get("bestMetric", row.best)
+        try:
+            best = float(best) if best is not None else None
+        except (TypeError, ValueError):   # a non-finite value in its JSON-safe written form
+            best = None
+        iteration = status.get("iteration", row.iteration)
+        return TrialRow(uid=row.uid, experiment_uid=row.experiment_uid, name=row.name, index=row.index,
+                        params=row.params, phase=str(status.get("phase") or row.phase),
+                        reason=str(status.get("reason") or ""),
+                        best=best if best is None or not math.isnan(best) else None,
+                        iteration=int(iteration) if isinstance(iteration, int) else row.iteration,
+                        attempt=int(status.get("attempt", row.attempt) or 0))
+
+
+class RecordingStore:
+    """The controller's Store, passing metadata to a ResultsRecorder on the way."""
+
+    def __init__(self, inner, recorder: ResultsRecorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+
+    def __getattr__(self, name: str):   # writes, trials, experiment_status, ... of the inner store
+        return getattr(self.inner, name)
+
+    async def list_trials(self) -> list[dict[str, Any]]:
+        trials = await self.inner.list_trials()
+        for body in trials:
+            self.recorder.trial(body)
+        return trials
+
+    async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
+        created = await self.inner.create_trial(body)
+        self.recorder.trial(created)
+        return created
+
+    async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
+        await self.inner.patch_trial_status(name, status)
+        self.recorder.trial_status(name, status)
+
+    async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
+        await self.inner.patch_experiment_status(status)
+        self.recorder.experiment_status(status)
+
+    async def event(self, kind: str, reason: str, message: str) -> None:
+        await self.inner.event(kind, reason, message)
