@@ -111,7 +111,9 @@ def main(args: argparse.Namespace) -> int:
     status = store.experiment_status
     if args.output == "json":
         trials = [{"name": name, "phase": t["status"].get("phase"), "parameters": t["spec"]["parameters"],
-                   "bestMetric": t["status"].get("bestMetric"), "iteration": t["status"].get("iteration")}
+                   "bestMetric": t["status"].get("bestMetric"), "iteration": t["status"].get("iteration"),
+                   "reason": t["status"].get("reason"), "lastMetrics": t["status"].get("lastMetrics"),
+                   **({"infeasible": t["status"]["infeasible"]} if t["status"].get("infeasible") else {})}
                   for name, t in sorted(store.trials.items(), key=lambda kv: kv[1]["spec"]["index"])]
         json.dump({"experiment": body["metadata"]["name"], "status": status, "trials": trials},
                   sys.stdout, indent=2, default=str)

@@ -85,7 +85,8 @@ def test_example_is_accepted(custom, namespace, path):
     assert documents, f"{path} is empty"
     for document in documents:
         created = create(custom, namespace, "experiments", document, dry_run=True)
-        assert created["spec"]["objective"] == document["spec"]["objective"]
+        for key in ("objective", "objectives", "constraints"):
+            assert created["spec"].get(key) == document["spec"].get(key)
 
 
 def test_examples_exist():
@@ -104,10 +105,48 @@ def test_examples_exist():
                "resources": {"custom": {"TPU": 4}, "bundles": 4, "memory": "1.5Gi"}}},
     {"ray": {"address": "ray://raycluster-head-svc.ml:10001",
              "tokenSecretRef": {"name": "ray-token", "key": "token"}}},
+    {"constraints": [{"metric": "memory_gb", "max": 16}, {"metric": "acc", "min": 0.5, "max": 1}],
+     "warmStart": {"experiments": ["earlier"], "maxTrials": 50},
+     "search": {"algorithm": "nsgaii", "initialPoints": [{"x": 0.5}]}},
 ])
 def test_valid_variants_are_accepted(custom, namespace, changes):
     created = create(custom, namespace, "experiments", experiment(**changes), dry_run=True)
     assert_contains(created["spec"], changes)
+
+
+@pytest.mark.parametrize("objectives, changes", [
+    ([{"metric": "loss", "mode": "min"}, {"metric": "size", "mode": "min"}], {"scheduler": {"type": "asha", "maxIterations": 9}}),
+    ([{"metric": "loss", "mode": "min", "reference": 2}, {"metric": "acc", "mode": "max", "reference": 0}],
+     {"search": {"algorithm": "tpe"}}),
+])
+def test_several_objectives_are_accepted(custom, namespace, objectives, changes):
+    body = experiment(**changes)
+    del body["spec"]["objective"]
+    body["spec"]["objectives"] = objectives
+    created = create(custom, namespace, "experiments", body, dry_run=True)
+    assert created["spec"]["objectives"] == objectives
+
+
+TWO = [{"metric": "loss", "mode": "min"}, {"metric": "size", "mode": "min"}]
+
+
+@pytest.mark.parametrize("objectives, changes, field, words", [
+    (TWO, {"search": {"algorithm": "cmaes"}}, "spec.search.algorithm", "cmaes"),
+    (TWO, {"search": {"algorithm": "gp"}}, "spec.search.algorithm", "gp"),
+    (TWO, {"scheduler": {"type": "median"}}, "spec.scheduler.type", "median"),
+    (TWO, {"scheduler": {"type": "pbt"}}, "spec.scheduler.type", "pbt"),
+    ([{"metric": "loss", "mode": "min", "reference": 1}, {"metric": "size", "mode": "min"}], {},
+     "spec.objectives", "reference"),
+    (TWO, {"objective": {"metric": "loss", "mode": "min"}}, "spec.objectives", "not both"),
+    (TWO, {"constraints": [{"metric": "mem"}]}, "spec.constraints[0]", "max or min"),
+])
+def test_several_objectives_refuse_what_cannot_rank_vectors(custom, namespace, objectives, changes, field, words):
+    body = experiment(**changes)
+    if "objective" not in changes:
+        del body["spec"]["objective"]
+    body["spec"]["objectives"] = objectives
+    message = rejection(custom, namespace, body)
+    assert field in message and words in message, message
 
 
 def assert_contains(actual, expected, path="spec"):
@@ -251,7 +290,7 @@ def test_printer_columns(api, custom, namespace):
         "status": {"phase": "Running", "bestMetric": 0.25, "iteration": 5}})
 
     columns, rows = table(api, namespace, "experiments")
-    assert columns == ["Name", "Phase", "Done", "Running", "Best", "Age"]
+    assert columns == ["Name", "Phase", "Done", "Running", "Best", "Front", "Age"]
     assert rows[0][:5] == ["exp", "Running", "3/8", 2, 0.25]
 
     columns, rows = table(api, namespace, "trials")

@@ -19,9 +19,11 @@ from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
 from kubetune.controller.conditions import parse_rfc3339, set_condition
+from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
 from kubetune.core.runner import TrialRunner
+from kubetune.core.search import warm_trials
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
                                  StopTrial, TrialPhase, TrialPhaseChanged)
 from kubetune.executors.base import LaunchRequest
@@ -191,9 +193,11 @@ class ExperimentController:
         status = body.get("status") or {}
         start_time = parse_rfc3339(status["startTime"]) if status.get("startTime") else now
         trials = await self.store.list_trials()
+        warm, notes = await self._warm_start(spec)
         try:
             runner = TrialRunner(spec, experiment=self.name, start_time=start_time,
-                                 ledger=self.cluster.ledger, owner=self._trial_key(""))
+                                 ledger=self.cluster.ledger, owner=self._trial_key(""),
+                                 warm_start=warm, warm_start_notes=notes)
         except SpecError as error:   # e.g. a search algorithm whose package is missing
             await self._fail_invalid_spec(str(error), self._body().get("metadata", {}).get("generation"))
             return
@@ -210,6 +214,26 @@ class ExperimentController:
         self._experiment_written = dict(status)
         if trials:
             log.info("%s/%s: restored %d trials", self.namespace, self.name, len(trials))
+        if runner.searcher.warm_start_problems and not trials:   # once, not at every restart
+            outcomes = runner.summary(now).outcomes
+            for _, _, reason, message in warm_start_condition(outcomes, True):
+                await self.store.event("Warning", reason, message)
+
+    async def _warm_start(self, spec: ExperimentSpec) -> tuple[list, list[str]]:
+        """The succeeded trials of the Experiments ``spec.warmStart`` names (read at every
+        start, so a restarted operator seeds the same search), and what was not found."""
+        if spec.warm_start is None:
+            return [], []
+        warm, notes = [], []
+        for experiment in spec.warm_start.experiments:
+            if experiment == self.name:
+                notes.append(f"{experiment}: is this Experiment")
+                continue
+            found = warm_trials(experiment, [render.trial_record(t) for t in await self.store.list_trials_of(experiment)])
+            if not found:
+                notes.append(f"{experiment}: no succeeded Trials in namespace {self.namespace}")
+            warm += found
+        return warm, notes
 
     async def _fail_invalid_spec(self, message: str, generation: int | None, *,
                                  reason: str = "InvalidSpec") -> None:
@@ -488,11 +512,13 @@ class ExperimentController:
                                                    for c in self._experiment_written.get("conditions") or []))
             if condition is not None:
                 extra.append(condition)
+        runner_summary = self.runner.summary(now)
+        extra += warm_start_condition(runner_summary.outcomes, self.spec.warm_start is not None)
         if self._spec_problem is not None:
             extra.append(("SpecRejected", True, *self._spec_problem))
         elif any(c.get("type") == "SpecRejected" for c in self._experiment_written.get("conditions") or []):
             extra.append(("SpecRejected", False, "SpecAccepted", ""))
-        summary = self._platform_queue.summary(self.runner.summary(now), self.runner.trials)
+        summary = self._platform_queue.summary(runner_summary, self.runner.trials)
         status = render.experiment_status(
             summary, total=self.spec.budget.max_trials, previous=self._experiment_written,
             generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra)

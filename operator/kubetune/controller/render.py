@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
+from kubetune.controller.outcomes_status import outcome_fields
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
 
 TRIAL_COUNT_KEYS = ("pending", "queued", "running", "paused", "succeeded", "failed", "stopped")
@@ -60,6 +61,8 @@ def trial_status(trial: Any) -> dict[str, Any]:
     if trial.failure_log:
         status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
                                "time": rfc3339(f["time"])} for f in trial.failure_log]
+    if trial.infeasible:   # its results break spec.constraints: never best, never on the front
+        status["infeasible"] = trial.infeasible[:MAX_FAILURE_MESSAGE_CHARS]
     if trial.parent:
         status["parent"] = trial.parent
     if trial.lineage:
@@ -155,4 +158,5 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
                                "metric": summary.best_metric, "iteration": summary.best_iteration}
     if finished is not None:
         status["completionTime"] = previous.get("completionTime") or rfc3339(now)
+    status.update(outcome_fields(summary.outcomes))
     return status

@@ -14,6 +14,9 @@ class Store(Protocol):
     async def list_trials(self) -> list[dict[str, Any]]:
         """Every Trial object of this experiment (full bodies, with status)."""
 
+    async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
+        """The Trials of another Experiment in the same namespace (warm start)."""
+
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create a Trial; if one of that name exists already, return it (idempotent)."""
 
@@ -36,6 +39,9 @@ class MemoryStore:
 
     async def list_trials(self) -> list[dict[str, Any]]:
         return [dict(t) for t in self.trials.values()]
+
+    async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
+        return []      # a local run has no earlier Experiments
 
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body["metadata"]["name"]

@@ -16,7 +16,8 @@ from typing import Any, Iterable, Mapping
 
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
-from kubetune.core.search import Searcher, objective_value
+from kubetune.core import pareto
+from kubetune.core.search import Searcher, WarmTrial, latest_values, objective_value
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, PauseTrial, Result,
@@ -24,6 +25,7 @@ from kubetune.core.types import (
 )
 from kubetune.spec.model import ExperimentSpec
 
+REUSED = "Reused"   # the reason of a Trial whose parameters were evaluated before: it never ran
 RUNNING, PAUSED, PENDING, QUEUED = TrialPhase.RUNNING, TrialPhase.PAUSED, TrialPhase.PENDING, TrialPhase.QUEUED
 SUCCEEDED, FAILED, STOPPED = TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED
 
@@ -45,7 +47,8 @@ class _Best:
 
 class TrialRunner:
     def __init__(self, spec: ExperimentSpec, *, experiment: str, start_time: float,
-                 ledger: ResourceLedger | None = None, owner: str | None = None) -> None:
+                 ledger: ResourceLedger | None = None, owner: str | None = None,
+                 warm_start: Iterable[WarmTrial] = (), warm_start_notes: Iterable[str] = ()) -> None:
         """``ledger`` is shared by every experiment on the same Ray cluster (None: no
         resource limits, only ``parallelism``). A trial holds ledger resources as
         ``f"{owner}{trial}"``: pass a namespace-qualified prefix such as ``"ns/exp/"`` when
@@ -55,7 +58,9 @@ class TrialRunner:
         self.start_time = start_time
         self.ledger = ledger
         self._owner_prefix = owner if owner is not None else f"{experiment}/"
-        self.searcher = Searcher(spec, study_name=experiment)
+        self.searcher = Searcher(spec, study_name=experiment, warm_start=list(warm_start))
+        # what the controller could not find (an Experiment with no Trials) comes first
+        self.searcher.warm_start_problems[:0] = list(warm_start_notes)
         self.scheduler = make_scheduler(spec, self.searcher)
         self._trials: dict[str, TrialInfo] = {}
         self._active: dict[str, TrialInfo] = {}        # not terminal, in creation order
@@ -66,6 +71,7 @@ class TrialRunner:
         self._best: _Best | None = None
         self._bundles = trial_bundles(spec.trial.resources)
         self.finished: FinishExperiment | None = None
+        self._front = pareto.FrontCache()
         self.spec_rejection = ""   # why the last spec change was (partly) refused; "" if not
 
     # ------------------------------------------------------------------ views
@@ -101,7 +107,8 @@ class TrialRunner:
             counts={phase.value: self._counts[phase] for phase in TrialPhase}, created=self._created,
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
-            queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials)
+            queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
+            outcomes=self._front.get(self))
 
     def status_text(self, max_rows: int = 20) -> str:
         from kubetune.core.status import render_status
@@ -133,8 +140,49 @@ class TrialRunner:
             self.scheduler.on_trial_error(trial)
         else:
             self.scheduler.on_trial_remove(trial)
-        self.searcher.complete(trial.name, trial.last_value, phase)
+        if phase is SUCCEEDED:
+            self._judge_constraints(trial)
+        self.searcher.complete(trial.name, trial.last_value, phase, metrics=trial.latest, params=trial.params)
+        self._front.changed()
         return [StopTrial(trial.name, phase, reason, message)]
+
+    # ------------------------------------------------------------------ objectives and constraints
+
+    def _feasible(self, latest: Mapping[str, float]) -> bool:
+        return all(c.violation(latest.get(c.metric)) <= 0 for c in self.spec.constraints)
+
+    def _judge_constraints(self, trial: TrialInfo) -> None:
+        """A finished trial whose final results break a constraint is marked, and can be
+        neither the best trial nor on the Pareto front."""
+        broken = [c.describe(trial.latest.get(c.metric)) for c in self.spec.constraints
+                  if c.violation(trial.latest.get(c.metric)) > 0]
+        trial.infeasible = "; ".join(broken)
+        if trial.infeasible and self._best is not None and self._best.trial == trial.name:
+            self._best = None
+            for other in self._trials.values():
+                if other.infeasible or other.best_value is None or (
+                        other.phase is not SUCCEEDED and not self._feasible(other.latest)):
+                    continue
+                if self._best is None or self.spec.objective.better(other.best_value, self._best.value):
+                    self._best = _Best(other.best_value, other.name, other.best_iteration, dict(other.params))
+
+    def _record_value(self, trial: TrialInfo, value: float, iteration: int) -> None:
+        """Best-so-far bookkeeping of one objective value (one objective only: several
+        objectives have a Pareto front instead of a best trial)."""
+        objective = self.spec.objective
+        if math.isnan(value) or self.spec.multi_objective:
+            return
+        if trial.best_value is None or objective.better(value, trial.best_value):
+            trial.best_value, trial.best_iteration = value, iteration
+        if not self._feasible(trial.latest):
+            return
+        if self._best is None or objective.better(value, self._best.value):
+            self._best = _Best(value, trial.name, iteration, dict(trial.params))
+
+    def _has_learned(self) -> bool:
+        if self.spec.multi_objective:
+            return self._front.get(self) is not None and self._front.get(self).front_size > 0
+        return self._best is not None
 
     # ------------------------------------------------------------------ the loop
 
@@ -161,7 +209,22 @@ class TrialRunner:
             self._created += 1
             self.scheduler.on_trial_add(trial)
             decisions.append(CreateTrial(name, trial.index, dict(params)))
+            earlier = self.searcher.evaluated(params)
+            if earlier is not None:
+                decisions += self._reuse(trial, earlier)
         return decisions
+
+    def _reuse(self, trial: TrialInfo, earlier) -> list[Decision]:
+        """Parameters already evaluated (here or in a warm-start Experiment): the Trial
+        exists, takes the earlier results and never runs."""
+        metrics = {**earlier.metrics, "iteration": 1}
+        trial.history, trial.last_metrics, trial.iteration = [metrics], metrics, 1
+        trial.latest = latest_values([metrics], self.searcher.tracked_metrics)
+        trial.last_value = objective_value(metrics, self.spec.objective.metric)
+        if trial.last_value is not None:
+            self._record_value(trial, trial.last_value, 1)
+        return self._end(trial, SUCCEEDED, REUSED, f"same parameters as {earlier.source}: its results are reused",
+                         None)
 
     def _launch_runnable(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
@@ -223,6 +286,9 @@ class TrialRunner:
     # ------------------------------------------------------------------ finishing
 
     def _best_text(self) -> str:
+        if self.spec.multi_objective:
+            outcomes = self._front.get(self)
+            return f"Pareto front of {outcomes.front_size if outcomes else 0} trials"
         best = self._best
         if best is None:
             return f"no trial reported {self.spec.objective.metric}"
@@ -233,7 +299,7 @@ class TrialRunner:
             return []
         budget = self.spec.budget
         # An experiment that learned nothing, or whose every trial failed, did not succeed.
-        learned = self._best is not None and self._counts[FAILED] < self._created
+        learned = self._has_learned() and self._counts[FAILED] < self._created
         outcome = "Succeeded" if learned else "Failed"
         if budget.max_duration_s is not None and now is not None and now - self.start_time >= budget.max_duration_s:
             return self._finish(now, outcome, "MaxDurationReached",
@@ -293,14 +359,12 @@ class TrialRunner:
             trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
         value = objective_value(result.metrics, self.spec.objective.metric)
         objective = self.spec.objective
+        trial.latest.update(latest_values([result.metrics], self.searcher.tracked_metrics))
         if value is not None:
             trial.last_value = value
             self.searcher.report_intermediate(name, result.iteration, value)
-            if not math.isnan(value):
-                if trial.best_value is None or objective.better(value, trial.best_value):
-                    trial.best_value, trial.best_iteration = value, result.iteration
-                if self._best is None or objective.better(value, self._best.value):
-                    self._best = _Best(value, name, result.iteration, dict(trial.params))
+            self._record_value(trial, value, result.iteration)
+            if not math.isnan(value) and not self.spec.multi_objective and self._feasible(trial.latest):
                 if objective.reached(value):
                     message = (f"{name} reported {objective.metric} {value:.6g} at iteration "
                                f"{result.iteration} (goal {objective.goal:g})")
@@ -381,15 +445,13 @@ class TrialRunner:
             trial.history.append(trial.last_metrics)
             if result.checkpoint:
                 trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
+            trial.latest.update(latest_values([result.metrics], self.searcher.tracked_metrics))
             value = objective_value(result.metrics, objective.metric)
             if value is None:
                 continue
             trial.last_value = value
             self.searcher.report_intermediate(name, result.iteration, value)
-            if not math.isnan(value) and (trial.best_value is None or objective.better(value, trial.best_value)):
-                trial.best_value, trial.best_iteration = value, result.iteration
-            if not math.isnan(value) and (self._best is None or objective.better(value, self._best.value)):
-                self._best = _Best(value, name, result.iteration, dict(trial.params))
+            self._record_value(trial, value, result.iteration)
 
     def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> list[Decision]:
         """The trial raised (or its actor died). Retry from the latest checkpoint while
@@ -438,6 +500,9 @@ class TrialRunner:
         problems = []
         for path, before, after in (("spec.objective.metric", old.objective.metric, spec.objective.metric),
                                     ("spec.objective.mode", old.objective.mode, spec.objective.mode),
+                                    ("spec.objectives", old.objectives, spec.objectives),
+                                    ("spec.constraints", old.constraints, spec.constraints),
+                                    ("spec.warmStart", old.warm_start, spec.warm_start),
                                     ("spec.searchSpace", old.search_space, spec.search_space),
                                     ("spec.search", old.search, spec.search),
                                     ("spec.scheduler", old.scheduler, spec.scheduler)):
@@ -450,6 +515,8 @@ class TrialRunner:
             budget = dataclasses.replace(budget, max_trials=old.budget.max_trials)
         self.spec = dataclasses.replace(
             spec, objective=dataclasses.replace(spec.objective, metric=old.objective.metric, mode=old.objective.mode),
+            objectives=old.objectives, constraints=old.constraints, warm_start=old.warm_start,
+            reference_point=old.reference_point,
             search_space=old.search_space, search=old.search, scheduler=old.scheduler, budget=budget)
         self.spec_rejection = "; ".join(problems)
         self._bundles = trial_bundles(self.spec.trial.resources)
@@ -508,6 +575,7 @@ class TrialRunner:
             self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self._created} "
                                    f"trials already created; no new trials will start")
         self.searcher.rebuild(records, replay=lambda: self.scheduler.restore(self._trials.values()))
+        self._front.changed()
 
     def _trial_from_record(self, record: TrialRecord) -> TrialInfo:
         history = [dict(h) for h in record.history]
@@ -526,19 +594,16 @@ class TrialRunner:
             last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
         trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)
         trial.relaunch = record.phase is PAUSED and not self.spec.suspend
-        metric, objective = self.spec.objective.metric, self.spec.objective
+        metric = self.spec.objective.metric
         for position, metrics in enumerate(history, start=1):
+            trial.latest.update(latest_values([metrics], self.searcher.tracked_metrics))
             value = objective_value(metrics, metric)
             if value is None:
                 continue
             trial.last_value = value
-            if math.isnan(value):
-                continue
-            at = metrics.get("iteration", position)
-            if trial.best_value is None or objective.better(value, trial.best_value):
-                trial.best_value, trial.best_iteration = value, at
-            if self._best is None or objective.better(value, self._best.value):
-                self._best = _Best(value, trial.name, at, dict(trial.params))
+            self._record_value(trial, value, metrics.get("iteration", position))
+        if trial.phase is SUCCEEDED:
+            self._judge_constraints(trial)
         return trial
 
 

@@ -11,7 +11,8 @@ import importlib.util
 import math
 import random
 import warnings
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -64,6 +65,54 @@ def history_values(history: Iterable[Mapping[str, Any]], metric: str) -> dict[in
     return values
 
 
+def latest_values(history: Iterable[Mapping[str, Any]], metrics: Iterable[str]) -> dict[str, float]:
+    """The last number reported for each metric (a trial may report some metrics once)."""
+    latest: dict[str, float] = {}
+    wanted = set(metrics)
+    for entry in reversed(list(history)):
+        for name in wanted - latest.keys():
+            value = objective_value(entry, name)
+            if value is not None:
+                latest[name] = value
+        if len(latest) == len(wanted):
+            break
+    return latest
+
+
+@dataclass(frozen=True)
+class WarmTrial:
+    """A completed trial of an earlier Experiment: ``source`` is ``<experiment>/<trial>``."""
+    source: str
+    params: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+
+
+def warm_trials(experiment: str, records: Iterable[TrialRecord]) -> list[WarmTrial]:
+    """The trials of an earlier Experiment that can seed a search: those that succeeded,
+    with the latest value of every metric they reported."""
+    found = []
+    for record in sorted(records, key=lambda r: r.index):
+        if record.phase is not TrialPhase.SUCCEEDED:
+            continue
+        metrics: dict[str, Any] = {}
+        for entry in record.history:
+            metrics.update({k: v for k, v in entry.items() if k != "iteration" and objective_value(entry, k) is not None})
+        found.append(WarmTrial(f"{experiment}/{record.name}", dict(record.params), metrics))
+    return found
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A configuration with results: a trial of this Experiment or a warm-start trial."""
+    source: str
+    metrics: Mapping[str, float]
+
+
+def config_key(params: Mapping[str, Any], names: Iterable[str]) -> tuple:
+    """Equal for equal configurations; repr keeps 1 and 1.0 and True apart, as the space does."""
+    return tuple((name, type(params.get(name)).__name__, repr(params.get(name))) for name in sorted(names))
+
+
 class _AskTellGridSampler(optuna.samplers.GridSampler):
     """GridSampler stops the study from ``after_trial`` once every point is done, which
     raises outside ``study.optimize``; with ask/tell the Searcher counts the grid itself."""
@@ -84,7 +133,8 @@ def _derived_seed(seed: int | None, restored: int) -> int | None:
 class Searcher:
     """Optuna ask/tell behind names: one Optuna trial per kubetune trial, number == index."""
 
-    def __init__(self, spec: ExperimentSpec, *, study_name: str = "kubetune") -> None:
+    def __init__(self, spec: ExperimentSpec, *, study_name: str = "kubetune",
+                 warm_start: Sequence[WarmTrial] = ()) -> None:
         algorithm = spec.search.algorithm
         missing = missing_packages(algorithm)
         if missing:
@@ -107,7 +157,16 @@ class Searcher:
         self._running: dict[str, optuna.trial.Trial] = {}
         self._reported: dict[str, set[int]] = {}
         self._asked = 0
+        self.multi_objective = spec.multi_objective
+        # every metric a trial's outcome depends on: objectives, then constraint metrics
+        self.tracked_metrics = tuple(dict.fromkeys([o.metric for o in spec.objectives] +
+                                                   [c.metric for c in spec.constraints]))
+        # configuration -> its results, so an evaluated one is never run again
+        self._evaluated: dict[tuple, Evaluated] = {}
+        self._warm, self.warm_start_problems = self._compatible(warm_start)
+        self.warm_start_used = len(self._warm)
         self.study = self._new_study(restored=0)
+        self._enqueue_initial_points()
 
     # ------------------------------------------------------------------ setup
 
@@ -121,6 +180,8 @@ class Searcher:
                 # constant_liar: running trials count as bad results, so parallel asks
                 # do not all land on the same promising point.
                 return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+            if algorithm == "nsgaii":
+                return optuna.samplers.NSGAIISampler(seed=seed)
             if algorithm == "cmaes":
                 return optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
                                                     warn_independent_sampling=False)
@@ -132,10 +193,71 @@ class Searcher:
             return optuna.samplers.RandomSampler(seed=seed)
 
     def _new_study(self, restored: int) -> optuna.Study:
+        """A study holding the warm-start trials first, so kubetune trial ``index`` is
+        Optuna trial number ``offset + index``; then the initial points not yet asked."""
         seed = _derived_seed(self._spec.search.seed, restored)
-        direction = "minimize" if self._spec.objective.mode == "min" else "maximize"
-        return optuna.create_study(study_name=self._study_name, direction=direction,
-                                   sampler=self._sampler(seed), pruner=optuna.pruners.NopPruner())
+        directions = ["minimize" if o.mode == "min" else "maximize" for o in self._spec.objectives]
+        study = optuna.create_study(study_name=self._study_name, directions=directions,
+                                    sampler=self._sampler(seed), pruner=optuna.pruners.NopPruner())
+        for warm in self._warm:
+            values = [warm.metrics[o.metric] for o in self._spec.objectives]
+            study._storage.create_new_trial(study._study_id, template_trial=optuna.trial.create_trial(
+                state=TrialState.COMPLETE, values=values, params=dict(warm.params),
+                distributions=self.distributions, user_attrs={"kubetune:source": warm.source},
+                system_attrs=self._constraint_attrs(warm.metrics)))
+            self._evaluated.setdefault(config_key(warm.params, self.distributions),
+                                       Evaluated(warm.source, dict(warm.metrics)))
+        self.offset = len(self._warm)
+        return study
+
+    def _enqueue_initial_points(self) -> None:
+        # Enqueued trials take their numbers now: call after every restored trial is added.
+        for point in self._spec.search.initial_points[self._asked:]:
+            self.study.enqueue_trial(dict(point), skip_if_exists=False)
+
+    def _compatible(self, warm_start: Sequence[WarmTrial]) -> tuple[list[WarmTrial], list[str]]:
+        """The warm-start trials this search space can use (their values for today's
+        parameters, extra parameters dropped), and why the others cannot be used."""
+        usable: list[WarmTrial] = []
+        problems: list[str] = []
+        for warm in warm_start:
+            missing = [name for name in self.distributions if name not in warm.params]
+            outside = [name for name, dist in self.distributions.items()
+                       if name in warm.params and not _contains(dist, warm.params[name])]
+            unreported = [o.metric for o in self._spec.objectives
+                          if objective_value(warm.metrics, o.metric) is None
+                          or math.isnan(objective_value(warm.metrics, o.metric))]
+            if missing:
+                problems.append(f"{warm.source}: has no value for {', '.join(missing)}")
+            elif outside:
+                problems.append(f"{warm.source}: {', '.join(f'{n}={warm.params[n]!r}' for n in outside)} "
+                                f"outside this search space")
+            elif unreported:
+                problems.append(f"{warm.source}: reported no {', '.join(unreported)}")
+            else:
+                if self._spec.warm_start is not None and len(usable) >= self._spec.warm_start.max_trials:
+                    problems.append(f"{warm.source} and later: beyond warmStart.maxTrials "
+                                    f"({self._spec.warm_start.max_trials})")
+                    break
+                usable.append(WarmTrial(warm.source, {n: warm.params[n] for n in self.distributions},
+                                        {k: v for k, v in warm.metrics.items() if objective_value(warm.metrics, k)
+                                         is not None}))
+        return usable, problems
+
+    def _set_constraints(self, study: optuna.Study, trial_id: int, metrics: Mapping[str, Any]) -> None:
+        """Optuna's per-trial constraint values (``Trial.set_constraint``'s keys, which
+        replace the deprecated ``constraints_func``): <= 0 is feasible. Samplers (TPE,
+        NSGA-II) and the Pareto front read them."""
+        for key, violation in self._constraint_attrs(metrics).items():
+            study._storage.set_trial_system_attr(trial_id, key, violation)
+
+    def _constraint_attrs(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        return {f"constraints:{c.metric}": c.violation(objective_value(metrics, c.metric))
+                for c in self._spec.constraints}
+
+    def evaluated(self, params: Mapping[str, Any]) -> Evaluated | None:
+        """The results of an earlier evaluation of exactly these parameters, if any."""
+        return self._evaluated.get(config_key(params, self.distributions))
 
     # ------------------------------------------------------------------ ask / tell
 
@@ -164,20 +286,41 @@ class Searcher:
         """Record one objective value; a repeated iteration (after a retry) keeps the first."""
         trial = self._running.get(trial_name)
         reported = self._reported.get(trial_name)
-        if trial is None or iteration in reported:
+        # Optuna keeps no intermediate values for several objectives (MO-ASHA keeps its own)
+        if trial is None or iteration in reported or self.multi_objective:
             return
         reported.add(iteration)
         trial.report(value, iteration)
 
-    def complete(self, trial_name: str, value: float | None, phase: TrialPhase) -> None:
+    def objective_values(self, value: float | None, metrics: Mapping[str, Any]) -> list[float] | None:
+        """The values Optuna is told: the last objective for one objective, the latest of
+        each objective for several; None when one is missing or NaN."""
+        if self.multi_objective:
+            values = [objective_value(metrics, o.metric) for o in self._spec.objectives]
+        else:
+            values = [value]
+        if any(v is None or math.isnan(v) for v in values):
+            return None
+        return values
+
+    def complete(self, trial_name: str, value: float | None, phase: TrialPhase,
+                 metrics: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None) -> None:
         """Finish the Optuna trial: Succeeded -> COMPLETE with ``value`` (the last reported
-        objective), Stopped -> PRUNED (its intermediate values still inform TPE), Failed -> FAIL."""
+        objective; with several objectives, the latest of each in ``metrics``), Stopped ->
+        PRUNED (its intermediate values still inform TPE), Failed -> FAIL. ``metrics`` also
+        carries the constraint metrics; a completed ``params`` is remembered as evaluated."""
         trial = self._running.pop(trial_name, None)
         self._reported.pop(trial_name, None)
         if trial is None:
             return
-        if phase is TrialPhase.SUCCEEDED and value is not None and not math.isnan(value):
-            self.study.tell(trial, value)
+        metrics = metrics if metrics is not None else {}
+        values = self.objective_values(value, metrics)
+        if phase in (TrialPhase.SUCCEEDED, TrialPhase.STOPPED):
+            self._set_constraints(self.study, trial._trial_id, metrics)
+        if phase is TrialPhase.SUCCEEDED and values is not None:
+            self.study.tell(trial, values)
+            if params is not None:
+                self._evaluated.setdefault(config_key(params, self.distributions), Evaluated(trial_name, dict(metrics)))
         elif phase in (TrialPhase.SUCCEEDED, TrialPhase.STOPPED):
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
@@ -194,7 +337,11 @@ class Searcher:
 
     def trial_id(self, index: int) -> int:
         """Optuna's storage id of the trial with this index (== Optuna trial number)."""
-        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, index)
+        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, self.offset + index)
+
+    def index_of(self, trial: optuna.trial.FrozenTrial) -> int | None:
+        """The kubetune index of one of this Experiment's Optuna trials; None for warm-start ones."""
+        return trial.number - self.offset if trial.number >= self.offset else None
 
     def resample(self, name: str) -> Any:
         """A fresh value for one parameter, independent of the study (PBT's explore step)."""
@@ -221,10 +368,11 @@ class Searcher:
         finished ones are told their final state.
         """
         ordered = sorted(records, key=lambda r: r.index)
+        self._evaluated.clear()
         self.study = self._new_study(restored=len(ordered))
         self._running.clear()
         self._reported.clear()
-        finals: list[tuple[int, TrialState, float | None]] = []
+        finals: list[tuple[TrialRecord, int, TrialState, list[float] | None]] = []
         number = 0
         for record in ordered:
             while number < record.index:
@@ -240,27 +388,34 @@ class Searcher:
                     self._running[record.name] = optuna.trial.Trial(self.study, trial_id)
                     self._reported[record.name] = set(frozen.intermediate_values)
                 else:
-                    finals.append((number, state, value))
+                    finals.append((record, trial_id, state, value))
             number += 1
         self._asked = number
+        self._enqueue_initial_points()
         if replay is not None:
             replay()
-        for trial_number, state, value in finals:
+        for record, trial_id, state, values in finals:
+            metrics = latest_values(record.history, self.tracked_metrics)
+            if state in (TrialState.COMPLETE, TrialState.PRUNED):
+                self._set_constraints(self.study, trial_id, metrics)
             if state is TrialState.COMPLETE:
-                self.study.tell(trial_number, value)
+                self.study.tell(self.offset + record.index, values)
+                self._evaluated.setdefault(config_key(record.params, self.distributions),
+                                           Evaluated(record.name, metrics))
             else:
-                self.study.tell(trial_number, state=state)
+                self.study.tell(self.offset + record.index, state=state)
 
     def _add(self, frozen: optuna.trial.FrozenTrial) -> int:
         # Study.add_trial returns nothing; the trial id is needed to keep reporting to it.
         return self.study._storage.create_new_trial(self.study._study_id, template_trial=frozen)
 
-    def _final_state(self, record: TrialRecord) -> tuple[TrialState, float | None]:
+    def _final_state(self, record: TrialRecord) -> tuple[TrialState, list[float] | None]:
         last = objective_value(record.history[-1], self._metric) if record.history else None
+        values = self.objective_values(last, latest_values(record.history, self.tracked_metrics))
         if not record.phase.is_terminal:
             return TrialState.RUNNING, None
-        if record.phase is TrialPhase.SUCCEEDED and last is not None and not math.isnan(last):
-            return TrialState.COMPLETE, last
+        if record.phase is TrialPhase.SUCCEEDED and values is not None:
+            return TrialState.COMPLETE, values
         if record.phase is TrialPhase.FAILED or not record.history:
             return TrialState.FAIL, None
         return TrialState.PRUNED, None
@@ -273,8 +428,16 @@ class Searcher:
         try:
             return optuna.trial.create_trial(
                 state=TrialState.RUNNING, params=dict(record.params), distributions=self.distributions,
-                intermediate_values=history_values(record.history, self._metric), system_attrs=attrs)
+                intermediate_values={} if self.multi_objective else history_values(record.history, self._metric),
+                system_attrs=attrs)
         except ValueError:
             # Parameters outside today's search space (the spec changed while the operator
             # was down): the trial still takes its number, but cannot inform the sampler.
             return optuna.trial.create_trial(state=TrialState.FAIL)
+
+
+def _contains(distribution: BaseDistribution, value: Any) -> bool:
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except (ValueError, TypeError):
+        return False

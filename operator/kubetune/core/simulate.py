@@ -15,7 +15,8 @@ from kubetune.core.types import (
     Decision, FinishExperiment, LaunchTrial, PauseTrial, Result, StopTrial,
 )
 
-Curve = Callable[[Mapping[str, Any], int], float]
+# the objective at (params, iteration), or every metric of that result (several objectives)
+Curve = Callable[[Mapping[str, Any], int], "float | Mapping[str, float]"]
 # (trial name, attempt, iteration about to be reported) -> None, "error" or "cluster"
 Faults = Callable[[str, int, int], "str | None"]
 
@@ -53,6 +54,13 @@ class Simulator:
             elif isinstance(decision, (StopTrial, PauseTrial)):
                 self.running.pop(decision.name, None)
 
+    def reattach(self) -> None:
+        """Carry on the runner's running trials, as a restarted operator re-attaches to the
+        trials still running on the cluster (call after ``TrialRunner.restore``)."""
+        for name in self.runner.running_trials():
+            trial = self.runner.trials[name]
+            self.running[name] = SimTrial(name, trial.params, trial.iteration, trial.last_seq, trial.attempt)
+
     def report(self, trial: SimTrial) -> None:
         """Deliver the trial's next iteration (or its error, or its completion)."""
         iteration = trial.iteration + 1
@@ -68,9 +76,9 @@ class Simulator:
             return
         trial.iteration, trial.seq = iteration, trial.seq + 1
         checkpoint = f"sim://{trial.name}/{iteration}" if iteration % self.checkpoint_every == 0 else None
-        metric = self.runner.spec.objective.metric
-        result = Result(trial.seq, iteration, {metric: self.curve(trial.params, iteration)}, self.now,
-                        checkpoint, trial.attempt)
+        value = self.curve(trial.params, iteration)
+        metrics = dict(value) if isinstance(value, Mapping) else {self.runner.spec.objective.metric: value}
+        result = Result(trial.seq, iteration, metrics, self.now, checkpoint, trial.attempt)
         self.iterations_run += 1
         self.apply(self.runner.on_trial_result(trial.name, result, self.now))
 

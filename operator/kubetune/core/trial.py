@@ -20,6 +20,8 @@ class TrialInfo:
     history: list[Mapping[str, Any]] = field(default_factory=list)   # metrics + "iteration"
     last_metrics: Mapping[str, Any] | None = None
     last_value: float | None = None            # objective in the last result
+    latest: dict[str, float] = field(default_factory=dict)  # last value of each objective/constraint metric
+    infeasible: str = ""                       # why its results break spec.constraints ("" if they do not)
     best_value: float | None = None            # best objective reported so far
     best_iteration: int | None = None
     checkpoint: str | None = None              # latest persisted checkpoint

@@ -145,3 +145,4 @@ class ExperimentSummary:
     queue_reason: str = ""
     finished: FinishExperiment | None = None
     max_trials: int = 0                                     # for progress: done/max_trials
+    outcomes: Any = None    # core.pareto.Outcomes: Pareto front, hypervolume, reused and warm-start trials

@@ -24,9 +24,12 @@ class KubeStore:
         self.writes = 0
 
     async def list_trials(self) -> list[dict[str, Any]]:
+        return await self.list_trials_of(self.experiment)
+
+    async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
         listing = await asyncio.to_thread(
             self._api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS,
-            label_selector=f"{EXPERIMENT_LABEL}={self.experiment}")
+            label_selector=f"{EXPERIMENT_LABEL}={experiment}")
         return listing["items"]
 
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc")
+ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii")
+# Optuna's samplers that cannot search several objectives at once
+SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
+# schedulers that judge trials on several objectives (asha: MO-ASHA's non-dominated sorting)
+MULTI_OBJECTIVE_SCHEDULERS = ("fifo", "asha")
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
 EXECUTORS = ("ray", "pod")
 METRICS_COLLECTORS = ("push", "stdout")   # executor pod: how a trial pod's results reach the operator
@@ -86,9 +90,40 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """A bound on a reported metric: a trial is feasible when ``min <= value <= max``."""
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+    def violation(self, value: float | None) -> float:
+        """Optuna's convention: <= 0 is feasible; a metric never reported is infeasible."""
+        if value is None or value != value:
+            return float("inf")
+        over = value - self.max if self.max is not None else float("-inf")
+        under = self.min - value if self.min is not None else float("-inf")
+        return max(over, under)
+
+    def describe(self, value: float | None) -> str:
+        if value is None:
+            return f"{self.metric} not reported"
+        if self.max is not None and value > self.max:
+            return f"{self.metric} {value:.6g} > max {self.max:g}"
+        return f"{self.metric} {value:.6g} < min {self.min:g}"
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Earlier Experiments (same namespace) whose completed trials seed the search."""
+    experiments: tuple[str, ...]
+    max_trials: int = 1000
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     algorithm: str = "random"
     seed: int | None = None
+    initial_points: tuple[Mapping[str, Any], ...] = ()   # asked first, in order (Optuna enqueue_trial)
 
 
 @dataclass(frozen=True)
@@ -163,7 +198,7 @@ class RaySpec:
 
 @dataclass(frozen=True)
 class ExperimentSpec:
-    objective: Objective
+    objective: Objective                 # the first of ``objectives``: the one a single-objective run has
     search_space: Mapping[str, Param]
     search: SearchSpec = field(default_factory=SearchSpec)
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
@@ -174,3 +209,17 @@ class ExperimentSpec:
     executor: str = "ray"
     priority: int = 0
     suspend: bool = False
+    # spec.objectives (several objectives) or (objective,) for the single form
+    objectives: tuple[Objective, ...] = ()
+    # one per objective, in the objectives' own directions; None: no hypervolume
+    reference_point: tuple[float, ...] | None = None
+    constraints: tuple[Constraint, ...] = ()
+    warm_start: WarmStart | None = None
+
+    def __post_init__(self) -> None:
+        if not self.objectives:
+            object.__setattr__(self, "objectives", (self.objective,))
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1

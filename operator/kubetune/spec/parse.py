@@ -15,6 +15,7 @@ from kubetune.spec.model import (
     PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
     TrialResources, TrialTemplate, param_env_name,
 )
+from kubetune.spec import objectives as objectives_spec
 from kubetune.spec.quantities import parse_duration, parse_memory
 
 # GridSampler materialises every combination; beyond this a grid is a typo, not a plan.
@@ -219,7 +220,7 @@ def _parameter_names(names: list[Any]) -> None:
 def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:
     path = "spec.search"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("algorithm", "seed"))
+    _only_keys(obj, path, ("algorithm", "seed", "initialPoints"))
     algorithm = _one_of(obj, "algorithm", path, ALGORITHMS, "random", "algorithm")
     seed = _int(obj, "seed", path, None, 0)
     if algorithm == "grid":
@@ -235,7 +236,8 @@ def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:
             raise SpecError("spec.searchSpace",
                             f"the grid has {points} points (at most {MAX_GRID_POINTS}); "
                             "use fewer values or search.algorithm random/tpe")
-    return SearchSpec(algorithm=algorithm, seed=seed)
+    return SearchSpec(algorithm=algorithm, seed=seed,
+                      initial_points=objectives_spec.initial_points(obj.get("initialPoints"), space))
 
 
 def _scheduler(raw: Any) -> SchedulerSpec:
@@ -403,21 +405,25 @@ def _ray(raw: Any) -> RaySpec:
     return RaySpec(address=address, token_secret_name=name, token_secret_key=key)
 
 
-TOP_LEVEL = ("objective", "searchSpace", "search", "scheduler", "budget", "trial", "checkpoint",
-             "ray", "executor", "priority", "suspend")
+TOP_LEVEL = ("objective", "objectives", "constraints", "warmStart", "searchSpace", "search", "scheduler",
+             "budget", "trial", "checkpoint", "ray", "executor", "priority", "suspend")
 
 
 def parse_experiment(spec: Any) -> ExperimentSpec:
     """Validate and parse an Experiment's ``spec``; raises ``SpecError`` on the first problem."""
     root = _mapping(spec, "spec", required=True)
     _only_keys(root, "spec", TOP_LEVEL)
-    objective = _objective(root.get("objective"))
+    objectives, reference_point = objectives_spec.objectives(root, _objective)
     space = _search_space(root.get("searchSpace"))
     search = _search(root.get("search"), space)
+    scheduler = _scheduler(root.get("scheduler"))
+    objectives_spec.check_multi_objective(len(objectives), search.algorithm, scheduler.type)
     executor = _one_of(root, "executor", "spec", EXECUTORS, "ray", "executor")
     return ExperimentSpec(
-        objective=objective, search_space=space, search=search,
-        scheduler=_scheduler(root.get("scheduler")), budget=_budget(root.get("budget")),
+        objective=objectives[0], objectives=objectives, reference_point=reference_point,
+        constraints=objectives_spec.constraints(root.get("constraints")),
+        warm_start=objectives_spec.warm_start(root.get("warmStart")),
+        search_space=space, search=search, scheduler=scheduler, budget=_budget(root.get("budget")),
         trial=_trial(root.get("trial"), executor, space), checkpoint=_checkpoint(root.get("checkpoint")),
         ray=_ray(root.get("ray")), executor=executor,
         priority=_int(root, "priority", "spec", 0, None), suspend=_bool(root, "suspend", "spec", False),

@@ -7,6 +7,7 @@ from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, T
 from kubetune.core.schedulers.fifo import FIFOScheduler
 from kubetune.core.schedulers.hyperband import HyperBandScheduler
 from kubetune.core.schedulers.median import MedianStoppingScheduler
+from kubetune.core.schedulers.mo_asha import MOASHAScheduler
 from kubetune.core.schedulers.pbt import PBTScheduler
 from kubetune.core.search import Searcher
 from kubetune.spec.model import ExperimentSpec
@@ -17,9 +18,14 @@ SCHEDULERS: dict[str, type[TrialScheduler]] = {
 }
 
 
+# with several objectives (spec/ refuses the types missing here)
+MULTI_OBJECTIVE_SCHEDULERS: dict[str, type[TrialScheduler]] = {"fifo": FIFOScheduler, "asha": MOASHAScheduler}
+
+
 def make_scheduler(spec: ExperimentSpec, searcher: Searcher) -> TrialScheduler:
-    return SCHEDULERS[spec.scheduler.type](spec, searcher)
+    table = MULTI_OBJECTIVE_SCHEDULERS if spec.multi_objective else SCHEDULERS
+    return table[spec.scheduler.type](spec, searcher)
 
 
 __all__ = ["make_scheduler", "TrialScheduler", "SchedulerDecision", "Action", "CONTINUE", "SCHEDULERS",
-           "FIFOScheduler", "ASHAScheduler", "HyperBandScheduler", "MedianStoppingScheduler", "PBTScheduler"]
+           "FIFOScheduler", "ASHAScheduler", "MOASHAScheduler", "HyperBandScheduler", "MedianStoppingScheduler", "PBTScheduler"]

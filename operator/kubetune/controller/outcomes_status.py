@@ -1,0 +1,86 @@
+"""The Experiment status fields for several objectives, reused and warm-start trials
+(``status.paretoFront``, ``status.hypervolume``, ``status.reusedTrials``), rendered from
+``core.pareto.Outcomes``; ``render.experiment_status`` merges them in.
+
+Bounded in bytes whatever the parameters look like: at most MAX_FRONT_SHOWN points and
+FRONT_BYTES of them, long values cut, so an Experiment stays far below 16 KiB."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from kubetune.core.pareto import Outcomes
+
+MAX_FRONT_SHOWN = 10
+FRONT_BYTES = 6000            # the shown points together, as JSON
+MAX_VALUE_CHARS = 64          # a parameter value longer than this (a long choice) is cut
+MAX_TEXT_CHARS = 300
+
+
+def _number(value: float) -> float | str:
+    """JSON has no NaN or Infinity: those become strings (as everywhere in kubetune's status)."""
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS] + "..."
+    return value
+
+
+def _size(obj: Any) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+def pareto_front(outcomes: Outcomes) -> dict[str, Any]:
+    points: list[dict[str, Any]] = []
+    used = 0
+    for point in outcomes.front[:MAX_FRONT_SHOWN]:
+        entry: dict[str, Any] = {"trial": point.trial,
+                                 "values": {k: _number(v) for k, v in point.values.items()},
+                                 "parameters": {k: _param(v) for k, v in point.params.items()}}
+        if _size(entry) > FRONT_BYTES // MAX_FRONT_SHOWN * 2:
+            # too many parameters to show beside the others: the Trial has them
+            entry["parameters"] = {}
+            entry["parametersOmitted"] = True
+        size = _size(entry)
+        if used + size > FRONT_BYTES:
+            break
+        points.append(entry)
+        used += size
+    return {"size": outcomes.front_size, "shown": len(points), "points": points}
+
+
+def outcome_fields(outcomes: Outcomes | None) -> dict[str, Any]:
+    """The status fields; empty when there is nothing to say."""
+    if outcomes is None:
+        return {}
+    fields: dict[str, Any] = {}
+    if outcomes.front_size is not None:
+        fields["paretoFront"] = pareto_front(outcomes)
+        if outcomes.hypervolume:
+            fields["hypervolume"] = {"value": _number(outcomes.hypervolume[-1][1]),
+                                     "history": [{"trials": k, "value": _number(v)}
+                                                 for k, v in outcomes.hypervolume]}
+    if outcomes.reused_count:
+        fields["reusedTrials"] = {"count": outcomes.reused_count,
+                                  "trials": [{"trial": t, "source": s[:MAX_TEXT_CHARS]} for t, s in outcomes.reused]}
+    return fields
+
+
+def warm_start_condition(outcomes: Outcomes | None, requested: bool) -> list[tuple[str, bool, str, str]]:
+    """Condition WarmStarted: how many earlier trials seed the search, and why others could not."""
+    if outcomes is None or not requested:
+        return []
+    message = f"{outcomes.warm_start_used} completed trials of earlier Experiments seed the search"
+    if outcomes.warm_start_skipped:
+        message += (f"; {outcomes.warm_start_skipped} could not be used: "
+                    + "; ".join(outcomes.warm_start_problems))[:MAX_TEXT_CHARS * 3]
+        return [("WarmStarted", outcomes.warm_start_used > 0, "SearchSpaceMismatch", message)]
+    return [("WarmStarted", outcomes.warm_start_used > 0, "Seeded" if outcomes.warm_start_used else "NoTrials",
+             message)]

@@ -1,0 +1,149 @@
+"""The parts of an Experiment spec about what is optimised and what is already known:
+``objective`` or ``objectives``, ``constraints``, ``warmStart`` and
+``search.initialPoints``. Kept apart from ``parse.py`` so each stays readable; the
+helpers are the same ones (``parse._mapping`` ...)."""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from kubetune.spec.model import (
+    MULTI_OBJECTIVE_SCHEDULERS, SINGLE_OBJECTIVE_ALGORITHMS, Constraint, Objective, Param, SpecError, WarmStart,
+)
+
+MAX_OBJECTIVES = 8
+MAX_CONSTRAINTS = 16
+MAX_WARM_START_EXPERIMENTS = 16
+MAX_INITIAL_POINTS = 256
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], tuple[float, ...] | None]:
+    """``spec.objective`` (parsed by ``single``) or ``spec.objectives``: exactly one of them.
+    Returns the objectives and the hypervolume reference point (None unless every
+    objective names its ``reference``)."""
+    from kubetune.spec.parse import _mapping, _number, _only_keys
+    if root.get("objective") is not None and root.get("objectives") is not None:
+        raise SpecError("spec.objectives", "set either objective (one metric) or objectives (several), not both")
+    if root.get("objectives") is None:
+        return (single(root.get("objective")),), None
+    path = "spec.objectives"
+    raw = root["objectives"]
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(path, "expected a non-empty list of {metric, mode}, e.g. [{metric: loss, mode: min}, "
+                              "{metric: model_size, mode: min}]")
+    if len(raw) > MAX_OBJECTIVES:
+        raise SpecError(path, f"at most {MAX_OBJECTIVES} objectives (got {len(raw)})")
+    parsed: list[Objective] = []
+    references: list[float | None] = []
+    for position, item in enumerate(raw):
+        where = f"{path}[{position}]"
+        obj = _mapping(item, where, required=True)
+        _only_keys(obj, where, ("metric", "mode", "reference"))
+        metric = obj.get("metric")
+        if not isinstance(metric, str) or not metric:
+            raise SpecError(f"{where}.metric", "required: the name of a metric your function reports")
+        if any(o.metric == metric for o in parsed):
+            raise SpecError(f"{where}.metric", f"{metric!r} is already an objective")
+        if obj.get("mode") not in ("min", "max"):
+            raise SpecError(f"{where}.mode", f"must be min or max (got {obj.get('mode')!r})")
+        parsed.append(Objective(metric=metric, mode=obj["mode"]))
+        references.append(_number(obj, "reference", where, None))
+    given = [r for r in references if r is not None]
+    if given and len(given) != len(references):
+        missing = next(i for i, r in enumerate(references) if r is None)
+        raise SpecError(f"{path}[{missing}].reference", "the hypervolume needs a reference value for every "
+                                                         "objective, or for none")
+    return tuple(parsed), (tuple(given) if given else None)
+
+
+def constraints(raw: Any) -> tuple[Constraint, ...]:
+    from kubetune.spec.parse import _mapping, _number, _only_keys
+    path = "spec.constraints"
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise SpecError(path, "expected a list of {metric, max} or {metric, min}, e.g. [{metric: memory_gb, max: 16}]")
+    if len(raw) > MAX_CONSTRAINTS:
+        raise SpecError(path, f"at most {MAX_CONSTRAINTS} constraints (got {len(raw)})")
+    parsed = []
+    for position, item in enumerate(raw):
+        where = f"{path}[{position}]"
+        obj = _mapping(item, where, required=True)
+        _only_keys(obj, where, ("metric", "max", "min"))
+        metric = obj.get("metric")
+        if not isinstance(metric, str) or not metric:
+            raise SpecError(f"{where}.metric", "required: the name of a metric your function reports")
+        high, low = _number(obj, "max", where, None), _number(obj, "min", where, None)
+        if high is None and low is None:
+            raise SpecError(where, "needs max or min (or both), e.g. {metric: latency_ms, max: 20}")
+        if high is not None and low is not None and low > high:
+            raise SpecError(f"{where}.min", f"must be <= max ({high:g}) (got {low:g})")
+        parsed.append(Constraint(metric=metric, max=high, min=low))
+    return tuple(parsed)
+
+
+def warm_start(raw: Any) -> WarmStart | None:
+    from kubetune.spec.parse import _int, _mapping, _only_keys
+    path = "spec.warmStart"
+    if raw is None:
+        return None
+    obj = _mapping(raw, path)
+    _only_keys(obj, path, ("experiments", "maxTrials"))
+    names = obj.get("experiments")
+    if not isinstance(names, list) or not names:
+        raise SpecError(f"{path}.experiments", "required: the names of earlier Experiments in this namespace")
+    if len(names) > MAX_WARM_START_EXPERIMENTS:
+        raise SpecError(f"{path}.experiments", f"at most {MAX_WARM_START_EXPERIMENTS} (got {len(names)})")
+    for position, name in enumerate(names):
+        if not isinstance(name, str) or len(name) > 63 or not _NAME.match(name):
+            raise SpecError(f"{path}.experiments[{position}]", f"not an Experiment name: {name!r}")
+    return WarmStart(experiments=tuple(names), max_trials=_int(obj, "maxTrials", path, 1000, 1))
+
+
+def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, Any], ...]:
+    """``spec.search.initialPoints``: complete parameter sets, each inside the search space."""
+    from kubetune.spec.parse import _is_number, _mapping
+    path = "spec.search.initialPoints"
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise SpecError(path, "expected a list of parameter sets, e.g. [{lr: 0.01, batch_size: 64}]")
+    if len(raw) > MAX_INITIAL_POINTS:
+        raise SpecError(path, f"at most {MAX_INITIAL_POINTS} points (got {len(raw)})")
+    points = []
+    for position, item in enumerate(raw):
+        where = f"{path}[{position}]"
+        point = _mapping(item, where, required=True)
+        for name in point:
+            if name not in space:
+                raise SpecError(f"{where}.{name}", f"not a parameter of searchSpace "
+                                                   f"(known: {', '.join(sorted(space))})")
+        for name, param in space.items():
+            if name not in point:
+                raise SpecError(f"{where}.{name}", "missing: an initial point gives every searchSpace parameter")
+            value = point[name]
+            if param.kind == "choice":
+                if not any(type(c) is type(value) and c == value for c in param.choices):
+                    raise SpecError(f"{where}.{name}", f"{value!r} is not one of {list(param.choices)}")
+                continue
+            grid = param.grid_values()
+            if not _is_number(value) or (grid is not None and value not in grid) or \
+                    (grid is None and not param.low <= value <= param.high):
+                allowed = f"one of {grid[:10]}{' ...' if len(grid) > 10 else ''}" if grid is not None \
+                    else f"in [{param.low:g}, {param.high:g}]"
+                raise SpecError(f"{where}.{name}", f"{value!r} is outside the search space: use a value {allowed}")
+        points.append(dict(point))
+    return tuple(points)
+
+
+def check_multi_objective(count: int, algorithm: str, scheduler: str) -> None:
+    """Several objectives need a sampler and a scheduler that can rank vectors."""
+    if count < 2:
+        return
+    if algorithm in SINGLE_OBJECTIVE_ALGORITHMS:
+        raise SpecError("spec.search.algorithm", f"{algorithm} searches one objective only; with several "
+                                                 f"objectives use nsgaii, tpe or random")
+    if scheduler not in MULTI_OBJECTIVE_SCHEDULERS:
+        raise SpecError("spec.scheduler.type", f"the {scheduler} scheduler judges trials on one objective only; "
+                                               f"with several objectives use asha (MO-ASHA) or fifo")
