@@ -18,6 +18,24 @@ MAX_INITIAL_POINTS = 256
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+def _items(raw: Any, path: str, limit: int, example: str) -> list[Any]:
+    """A list field: () when absent, else a non-empty list of at most ``limit`` items."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(path, f"expected a non-empty list, e.g. {example}")
+    if len(raw) > limit:
+        raise SpecError(path, f"at most {limit} items (got {len(raw)})")
+    return raw
+
+
+def _metric(obj: Mapping[str, Any], where: str) -> str:
+    metric = obj.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise SpecError(f"{where}.metric", "required: the name of a metric your function reports")
+    return metric
+
+
 def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], tuple[float, ...] | None]:
     """``spec.objective`` (parsed by ``single``) or ``spec.objectives``: exactly one of them.
     Returns the objectives and the hypervolume reference point (None unless every
@@ -28,21 +46,15 @@ def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], 
     if root.get("objectives") is None:
         return (single(root.get("objective")),), None
     path = "spec.objectives"
-    raw = root["objectives"]
-    if not isinstance(raw, list) or not raw:
-        raise SpecError(path, "expected a non-empty list of {metric, mode}, e.g. [{metric: loss, mode: min}, "
-                              "{metric: model_size, mode: min}]")
-    if len(raw) > MAX_OBJECTIVES:
-        raise SpecError(path, f"at most {MAX_OBJECTIVES} objectives (got {len(raw)})")
+    raw = _items(root["objectives"], path, MAX_OBJECTIVES,
+                 "[{metric: loss, mode: min}, {metric: model_size, mode: min}]")
     parsed: list[Objective] = []
     references: list[float | None] = []
     for position, item in enumerate(raw):
         where = f"{path}[{position}]"
         obj = _mapping(item, where, required=True)
         _only_keys(obj, where, ("metric", "mode", "reference"))
-        metric = obj.get("metric")
-        if not isinstance(metric, str) or not metric:
-            raise SpecError(f"{where}.metric", "required: the name of a metric your function reports")
+        metric = _metric(obj, where)
         if any(o.metric == metric for o in parsed):
             raise SpecError(f"{where}.metric", f"{metric!r} is already an objective")
         if obj.get("mode") not in ("min", "max"):
@@ -60,20 +72,12 @@ def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], 
 def constraints(raw: Any) -> tuple[Constraint, ...]:
     from kubetune.spec.parse import _mapping, _number, _only_keys
     path = "spec.constraints"
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise SpecError(path, "expected a list of {metric, max} or {metric, min}, e.g. [{metric: memory_gb, max: 16}]")
-    if len(raw) > MAX_CONSTRAINTS:
-        raise SpecError(path, f"at most {MAX_CONSTRAINTS} constraints (got {len(raw)})")
     parsed = []
-    for position, item in enumerate(raw):
+    for position, item in enumerate(_items(raw, path, MAX_CONSTRAINTS, "[{metric: memory_gb, max: 16}]")):
         where = f"{path}[{position}]"
         obj = _mapping(item, where, required=True)
         _only_keys(obj, where, ("metric", "max", "min"))
-        metric = obj.get("metric")
-        if not isinstance(metric, str) or not metric:
-            raise SpecError(f"{where}.metric", "required: the name of a metric your function reports")
+        metric = _metric(obj, where)
         high, low = _number(obj, "max", where, None), _number(obj, "min", where, None)
         if high is None and low is None:
             raise SpecError(where, "needs max or min (or both), e.g. {metric: latency_ms, max: 20}")
@@ -105,14 +109,8 @@ def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, A
     """``spec.search.initialPoints``: complete parameter sets, each inside the search space."""
     from kubetune.spec.parse import _is_number, _mapping
     path = "spec.search.initialPoints"
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise SpecError(path, "expected a list of parameter sets, e.g. [{lr: 0.01, batch_size: 64}]")
-    if len(raw) > MAX_INITIAL_POINTS:
-        raise SpecError(path, f"at most {MAX_INITIAL_POINTS} points (got {len(raw)})")
     points = []
-    for position, item in enumerate(raw):
+    for position, item in enumerate(_items(raw, path, MAX_INITIAL_POINTS, "[{lr: 0.01, batch_size: 64}]")):
         where = f"{path}[{position}]"
         point = _mapping(item, where, required=True)
         for name in point:
