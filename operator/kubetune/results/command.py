@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"results store URL (default: ${URL_ENV}, else {default_url()})")
     parser.add_argument("--plot", metavar="DIR", default=None,
                         help="also draw history.png, curves.png and parallel.png into DIR")
+    parser.add_argument("--objectives", metavar="M:min|max[:REF],...", default=None,
+                        help="with --plot, also draw pareto.png for these objectives (and hypervolume.png when "
+                             "each has a reference), e.g. loss:min:2.0,model_size:min:1.0")
 
 
 def load(store, experiment: str, namespace: str | None, trial: str | None) -> Report:
@@ -64,7 +67,11 @@ def main(args: argparse.Namespace) -> int:
         store.close()
     if args.plot:
         from kubetune.results.plots import draw
-        for path in draw(report, args.plot):
+        paths = draw(report, args.plot)
+        if args.objectives:
+            from kubetune.results.pareto_plots import draw_pareto, parse_objectives
+            paths += draw_pareto(report, args.plot, parse_objectives(args.objectives))
+        for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     try:
         {"table": report.write_table, "json": report.write_json, "csv": report.write_csv}[args.output](sys.stdout)
