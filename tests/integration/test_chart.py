@@ -152,7 +152,8 @@ def test_helm_lint_is_clean(helm):
 
 def test_template_all_namespaces_uses_a_cluster_role(helm, tmp_path):
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {}))
-    assert set(kinds) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
+    assert set(kinds) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                          "PersistentVolumeClaim"}
     [deployment] = kinds["Deployment"]
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
@@ -192,6 +193,57 @@ def test_template_namespace_list_uses_roles_only(helm, tmp_path):
     rules = kinds["Role"][0]["rules"]
     assert not any("secrets" in r["resources"] for r in rules)
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
+
+
+def operator_container(kinds: dict[str, list[dict]]) -> dict:
+    [deployment] = kinds["Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_template_results_store_defaults_to_sqlite_on_a_kept_pvc(helm, tmp_path):
+    from kubetune import cli
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {}))
+    [claim] = kinds["PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == "kt-kubetune-results"
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"   # survives helm uninstall
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in claim["spec"]
+    container = operator_container(kinds)
+    pod = kinds["Deployment"][0]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/kubetune"]
+    assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": "kt-kubetune-results"}
+    assert pod["securityContext"]["fsGroup"] == 10001          # the non-root operator can write the volume
+    args = cli.build_parser().parse_args(["operator", *container["args"]])   # the operator takes these flags
+    assert args.results_url == "sqlite:////var/lib/kubetune/results.db"
+    assert "KUBETUNE_RESULTS_URL" not in {e["name"] for e in container["env"]}
+
+    claimed = by_kind(render(helm, tmp_path, "kt2", "kubetune-system", {"results": {"sqlite": {"persistence": {
+        "existingClaim": "my-results", "size": "50Gi", "storageClassName": "fast"}}}}))
+    assert "PersistentVolumeClaim" not in claimed
+    volumes = {v["name"]: v for v in claimed["Deployment"][0]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["results"]["persistentVolumeClaim"] == {"claimName": "my-results"}
+    ephemeral = by_kind(render(helm, tmp_path, "kt3", "kubetune-system",
+                               {"results": {"sqlite": {"persistence": {"enabled": False}}}}))
+    assert "PersistentVolumeClaim" not in ephemeral
+    volumes = {v["name"]: v for v in ephemeral["Deployment"][0]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["results"] == {"name": "results", "emptyDir": {}}
+
+
+def test_template_results_store_on_postgres_takes_its_url_from_a_secret(helm, tmp_path):
+    values = {"results": {"postgres": {"urlSecretRef": {"name": "kubetune-db"}}}}
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+    assert "PersistentVolumeClaim" not in kinds
+    container = operator_container(kinds)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KUBETUNE_RESULTS_URL"]["valueFrom"] == {"secretKeyRef": {"name": "kubetune-db", "key": "url"}}
+    assert not any(a.startswith("--results-url") for a in container["args"])   # a password never in args
+    assert "/var/lib/kubetune" not in {m["mountPath"] for m in container["volumeMounts"]}
+    # the kubelet reads the Secret; the operator's RBAC still grants nothing on Secrets
+    assert not any("secrets" in r["resources"] for r in kinds["ClusterRole"][0]["rules"])
+    invalid = run_helm(helm, "template", "kt", str(CHART), "--set", "results.postgres.urlSecretRef.key=")
+    assert invalid.returncode != 0 and "key" in invalid.stderr
 
 
 def test_rendered_crds_are_the_repository_crds(helm, tmp_path):

@@ -57,8 +57,20 @@ def test_the_handlers_settings_ignore_service_links(service_links):
 def test_no_environment_setting_has_a_name_a_service_can_define():
     assert all(service_link_name(key) for key in CHART_SERVICES)
     for name in ("KUBETUNE_RAY_ADDRESS", "KUBETUNE_CHECKPOINT_STORAGE", "KUBETUNE_LOG_LEVEL",
-                 "KUBETUNE_INGEST_ADVERTISE_URL", "KUBETUNE_CRDS_DIR"):
+                 "KUBETUNE_INGEST_ADVERTISE_URL", "KUBETUNE_CRDS_DIR", "KUBETUNE_RESULTS_URL"):
         assert not service_link_name(name), name
     with pytest.raises(ValueError, match="service links"):
         env_fallback("KUBETUNE_METRICS_PORT", "0")
     assert env_fallback("KUBETUNE_LOG_LEVEL", "INFO", {"KUBETUNE_LOG_LEVEL": "DEBUG"}) == "DEBUG"
+
+
+def test_the_results_store_url_comes_from_a_flag_or_the_secret_backed_variable(service_links, monkeypatch):
+    # even a Service named kubetune-results would define KUBETUNE_RESULTS_PORT..., never _URL
+    for key, value in service_link_env("kubetune-results", "10.0.0.238", [("http", 80, "TCP")]).items():
+        monkeypatch.setenv(key, value)
+    assert cli.build_parser().parse_args(["operator"]).results_url == ""
+    monkeypatch.setenv("KUBETUNE_RESULTS_URL", "postgresql://kubetune:secret@db:5432/kubetune")
+    assert cli.build_parser().parse_args(["operator"]).results_url == "postgresql://kubetune:secret@db:5432/kubetune"
+    assert settings.current().results_url == "postgresql://kubetune:secret@db:5432/kubetune"
+    flagged = cli.build_parser().parse_args(["operator", "--results-url=sqlite:////var/lib/kubetune/results.db"])
+    assert flagged.results_url == "sqlite:////var/lib/kubetune/results.db"
