@@ -48,7 +48,9 @@ class ResultsRecorder:
     def experiment_status(self, status: Mapping[str, Any]) -> None:
         self._phase = str(status.get("phase") or self._phase or "")
         body = self._body()
-        objective = (body.get("spec") or {}).get("objective") or {}
+        spec = body.get("spec") or {}
+        # several objectives: the first is the one tables and plots lead with
+        objective = spec.get("objective") or next(iter(spec.get("objectives") or []), {})
         self.writer.submit(Batch(experiments=[ExperimentRow(
             uid=self.experiment_uid, namespace=self.namespace, name=body["metadata"]["name"],
             metric=str(objective.get("metric", "")), mode=str(objective.get("mode", "min")),
