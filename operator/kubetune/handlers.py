@@ -11,6 +11,7 @@ from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import OperatorState
 from kubetune.controller.pod_cluster import PodSupport
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, load_config
+from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
 from kubetune.results import open_store
 from kubetune.results.writer import ResultsWriter
@@ -37,7 +38,8 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     load_config()
     settings.persistence.finalizer = "kubetune.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # a digest, not a copy of the spec: an annotation is limited to 256 KiB (k8s/diffbase.py)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
         prefix="kubetune.dev", key="last-handled-configuration")
     settings.posting.level = logging.WARNING   # our own Events only; kopf's info logs stay in the log
     settings.watching.server_timeout = 300

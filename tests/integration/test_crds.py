@@ -99,7 +99,8 @@ def test_examples_exist():
     {"scheduler": {"type": "pbt", "perturbationInterval": 2, "quantileFraction": 0.5,
                    "resampleProbability": 0}},
     {"scheduler": {"type": "hyperband", "maxIterations": 81}},
-    {"executor": "pod", "trial": {"resources": {"cpu": 0.5, "memory": 1073741824}}},  # no entrypoint
+    {"executor": "pod", "trial": {"resources": {"cpu": 0.5, "memory": 1073741824},   # no entrypoint
+                                  "template": {"spec": {"containers": [{"name": "t", "image": "busybox"}]}}}},
     {"budget": {"maxDuration": "1h30m", "maxFailedTrials": 0}, "suspend": True, "priority": -5},
     {"trial": {"entrypoint": "a.b:C.fit", "queueTimeout": "45s", "runtimeEnv": {"pip": ["torch"]},
                "resources": {"custom": {"TPU": 4}, "bundles": 4, "memory": "1.5Gi"}}},
@@ -243,6 +244,18 @@ MALFORMED = [
     ("spec.priority", 1.5, "spec.priority"),
     ("spec.suspend", "yes", "spec.suspend"),
     ("metadata.name", "x" * 64, "metadata.name"),
+    # what would fail a second later (issue 21): refused at apply
+    ("spec.budget.maxDuration", "0s", "spec.budget.maxDuration"),
+    ("spec.trial.queueTimeout", "0h0m", "spec.trial.queueTimeout"),
+    ("spec.search.seed", -1, "spec.search.seed"),
+    ("spec.search.seed", 2**32, "spec.search.seed"),
+    ("spec.ray.address", "ray://head-svc", "spec.ray.address"),
+    ("spec.executor", "pod", "spec.trial.template"),
+    ("spec.searchSpace.x", {"quniform": [0, 1, 2]}, "spec.searchSpace.x.quniform"),
+    ("spec.priority", 2**31, "spec.priority"),
+    ("spec.priority", -2**31 - 1, "spec.priority"),
+    ("spec.searchSpace.x", {"choice": ["a" * 257]}, "spec.searchSpace.x.choice"),
+    ("spec.searchSpace", {"": {"uniform": [0, 1]}}, "spec.searchSpace"),
 ]
 
 
@@ -404,3 +417,15 @@ def test_deleting_an_experiment_collects_what_it_owns(api, custom, namespace):
         return not configmaps and not trials
 
     wait_for(gone, timeout=60, interval=0.2, message="the garbage collector to delete the owned objects")
+
+
+@pytest.mark.parametrize("names,message", [
+    (["a.b", "a_b"], "one environment variable of a pod trial, KUBETUNE_PARAM_A_B"),
+    (["lr", "LR"], "one environment variable of a pod trial, KUBETUNE_PARAM_LR"),
+    (["x", "true"], "kubectl reads YAML 1.1"),
+    (["x", "a b"], "letters, digits and _ . - / :"),
+])
+def test_parameter_names_are_refused_with_the_reason(custom, namespace, names, message):
+    body = experiment(searchSpace={name: {"uniform": [0, 1]} for name in names})
+    refused = rejection(custom, namespace, body)
+    assert "spec.searchSpace" in refused and message in refused, refused

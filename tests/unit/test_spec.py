@@ -170,9 +170,9 @@ def test_spec_must_be_an_object():
     ([True], "named true: kubectl reads YAML 1.1"),          # PyYAML's `on:`/`yes:`
     (["false"], "quote the key"),                              # kubectl's `n:`/`off:`
     ([""], "empty parameter name"),
-    (["a.b", "a_b"], "parameters a.b and a_b"),
-    (["lr", "LR"], "parameters lr and LR"),
-    (["hidden-size", "HIDDEN_SIZE"], "(KUBETUNE_PARAM_HIDDEN_SIZE)"),
+    (["a.b", "a_b"], "KUBETUNE_PARAM_A_B: a.b and a_b"),
+    (["lr", "LR"], "KUBETUNE_PARAM_LR: lr and LR"),
+    (["hidden-size", "HIDDEN_SIZE"], "KUBETUNE_PARAM_HIDDEN_SIZE: hidden-size and HIDDEN_SIZE"),
     (["a b"], "letters, digits"),
     (["x" * 129], "at most 128"),
 ])

@@ -19,7 +19,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from kubetune.core.types import TrialPhase, TrialRecord
-from kubetune.spec.model import ExperimentSpec, Param, SpecError
+from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, ExperimentSpec, Param, SpecError
 
 # Samplers whose Optuna implementation imports packages kubetune does not depend on.
 OPTIONAL_PACKAGES = {"cmaes": ("cmaes",), "gp": ("torch", "scipy"), "qmc": ("scipy",)}
@@ -42,7 +42,9 @@ def to_distribution(param: Param) -> BaseDistribution:
         if param.is_integer:
             return IntDistribution(param.low, top, step=param.q)
         return FloatDistribution(param.low, top, step=param.q)
-    return CategoricalDistribution(param.choices)
+    if param.kind == "choice":
+        return CategoricalDistribution(param.choices)
+    raise ValueError(f"unknown distribution {param.kind!r}; known: {', '.join(DISTRIBUTIONS)}")
 
 
 def objective_value(metrics: Mapping[str, Any], metric: str) -> float | None:
@@ -172,25 +174,25 @@ class Searcher:
 
     def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         algorithm = self._spec.search.algorithm
+        samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
+            "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+            "grid": lambda: _AskTellGridSampler(self._grid, seed=self._spec.search.seed),
+            # constant_liar: running trials count as bad results, so parallel asks
+            # do not all land on the same promising point.
+            "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
+            "nsgaii": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+            "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
+                                                          warn_independent_sampling=False),
+            "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+            # Scrambled, so a restart (new derived seed) continues with fresh points.
+            "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
+        }
+        if algorithm not in samplers:   # never a silent fallback to another algorithm
+            raise SpecError("spec.search.algorithm",
+                            f"unknown algorithm {algorithm!r}; use one of: {', '.join(ALGORITHMS)}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if algorithm == "grid":
-                return _AskTellGridSampler(self._grid, seed=self._spec.search.seed)
-            if algorithm == "tpe":
-                # constant_liar: running trials count as bad results, so parallel asks
-                # do not all land on the same promising point.
-                return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
-            if algorithm == "nsgaii":
-                return optuna.samplers.NSGAIISampler(seed=seed)
-            if algorithm == "cmaes":
-                return optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
-                                                    warn_independent_sampling=False)
-            if algorithm == "gp":
-                return optuna.samplers.GPSampler(seed=seed)
-            if algorithm == "qmc":
-                # Scrambled, so a restart (new derived seed) continues with fresh points.
-                return optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False)
-            return optuna.samplers.RandomSampler(seed=seed)
+            return samplers[algorithm]()
 
     def _new_study(self, restored: int) -> optuna.Study:
         """A study holding the warm-start trials first, so kubetune trial ``index`` is

@@ -6,6 +6,7 @@ what was wrong and what to write instead.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any, Mapping
@@ -20,6 +21,11 @@ from kubetune.spec.quantities import parse_duration, parse_memory
 
 # GridSampler materialises every combination; beyond this a grid is a typo, not a plan.
 MAX_GRID_POINTS = 100_000
+MAX_SEED = 2**32 - 1                # what Optuna's samplers (numpy) accept
+MAX_CHOICE_TEXT = 256               # characters of one string choice (the CRD's maxLength)
+# The CRD bounds each part of a search space (64 names, 256 choices each) but cannot see
+# the total: choice values are untyped, and CEL does not reach them. This is the total.
+MAX_SEARCH_SPACE_BYTES = 128 * 1024
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _RAY_ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+:\d+)$")
@@ -46,7 +52,8 @@ def _only_keys(obj: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> N
             raise SpecError(f"{path}.{key}", f"unknown field; expected one of: {', '.join(allowed)}")
 
 
-def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, minimum: int | None) -> int | None:
+def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, minimum: int | None,
+         maximum: int | None = None) -> int | None:
     value = obj.get(key)
     if value is None:
         return default
@@ -57,6 +64,8 @@ def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, minim
             raise SpecError(f"{path}.{key}", f"must be an integer (got {value!r})")
     if minimum is not None and value < minimum:
         raise SpecError(f"{path}.{key}", f"must be >= {minimum} (got {value})")
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{path}.{key}", f"must be <= {maximum} (got {value})")
     return value
 
 
@@ -176,6 +185,8 @@ def _param(name: str, raw: Any) -> Param:
     for value in values:
         if not (isinstance(value, (str, bool)) or _is_number(value)):
             raise SpecError(path, f"values must be numbers, strings or booleans (got {value!r})")
+        if isinstance(value, str) and len(value) > MAX_CHOICE_TEXT:
+            raise SpecError(path, f"a string value has {len(value)} characters (at most {MAX_CHOICE_TEXT})")
         # 1 == True in Python; compare with the type so [1, true] is not a duplicate.
         if any(type(v) is type(value) and v == value for v in seen):
             raise SpecError(path, f"duplicate value {value!r}")
@@ -189,6 +200,10 @@ def _search_space(raw: Any) -> dict[str, Param]:
     if not space:
         raise SpecError(path, "required: at least one parameter, e.g. lr: {loguniform: [1.0e-5, 1.0e-1]}")
     _parameter_names(list(space))
+    size = len(json.dumps(space, default=str))
+    if size > MAX_SEARCH_SPACE_BYTES:
+        raise SpecError(path, f"is too large: {size // 1024} KiB as JSON (at most {MAX_SEARCH_SPACE_BYTES // 1024} "
+                              "KiB); sample from ranges (uniform, randint, quniform) instead of listing values")
     return {str(name): _param(str(name), entry) for name, entry in space.items()}
 
 
@@ -212,8 +227,8 @@ def _parameter_names(names: list[Any]) -> None:
                                               "_ . - / : (each name is also an environment variable of pod trials)")
         env = param_env_name(name)
         if env in seen:
-            raise SpecError(path, f"has parameters {seen[env]} and {name}, which are the same environment "
-                                  f"variable of a pod trial ({env}): rename one of them")
+            raise SpecError(path, f"has parameter names that are one environment variable of a pod trial, {env}: "
+                                  f"{seen[env]} and {name}; rename one of them")
         seen[env] = name
 
 
@@ -222,7 +237,7 @@ def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:
     obj = _mapping(raw, path)
     _only_keys(obj, path, ("algorithm", "seed", "initialPoints"))
     algorithm = _one_of(obj, "algorithm", path, ALGORITHMS, "random", "algorithm")
-    seed = _int(obj, "seed", path, None, 0)
+    seed = _int(obj, "seed", path, None, 0, MAX_SEED)
     if algorithm == "grid":
         points = 1
         for name, param in space.items():
@@ -426,5 +441,5 @@ def parse_experiment(spec: Any) -> ExperimentSpec:
         search_space=space, search=search, scheduler=scheduler, budget=_budget(root.get("budget")),
         trial=_trial(root.get("trial"), executor, space), checkpoint=_checkpoint(root.get("checkpoint")),
         ray=_ray(root.get("ray")), executor=executor,
-        priority=_int(root, "priority", "spec", 0, None), suspend=_bool(root, "suspend", "spec", False),
+        priority=_int(root, "priority", "spec", 0, -2**31, 2**31 - 1), suspend=_bool(root, "suspend", "spec", False),
     )

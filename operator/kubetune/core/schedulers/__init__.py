@@ -10,7 +10,7 @@ from kubetune.core.schedulers.median import MedianStoppingScheduler
 from kubetune.core.schedulers.mo_asha import MOASHAScheduler
 from kubetune.core.schedulers.pbt import PBTScheduler
 from kubetune.core.search import Searcher
-from kubetune.spec.model import ExperimentSpec
+from kubetune.spec.model import ExperimentSpec, SpecError
 
 SCHEDULERS: dict[str, type[TrialScheduler]] = {
     "fifo": FIFOScheduler, "asha": ASHAScheduler, "hyperband": HyperBandScheduler,
@@ -24,6 +24,9 @@ MULTI_OBJECTIVE_SCHEDULERS: dict[str, type[TrialScheduler]] = {"fifo": FIFOSched
 
 def make_scheduler(spec: ExperimentSpec, searcher: Searcher) -> TrialScheduler:
     table = MULTI_OBJECTIVE_SCHEDULERS if spec.multi_objective else SCHEDULERS
+    if spec.scheduler.type not in table:   # an unknown name is an error, never a default
+        raise SpecError("spec.scheduler.type",
+                        f"unknown scheduler {spec.scheduler.type!r}; use one of: {', '.join(table)}")
     return table[spec.scheduler.type](spec, searcher)
 
 

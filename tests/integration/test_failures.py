@@ -1,0 +1,52 @@
+"""Failures a new user meets, through kubectl against the real API server and a running
+operator: each one ends with a message on the Experiment that says what to fix."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k8s_helpers import condition, experiment, experiment_gone, get_experiment, wait_condition
+from kube_fixtures import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def kubectl_create(kubectl, namespace: str, body: dict) -> None:
+    # `kubectl create`, not `apply`: apply copies the object into its own annotation,
+    # which a spec over 256 KiB cannot fit (kubectl refuses before the API sees it)
+    kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body))
+
+
+def test_a_spec_too_large_fails_with_a_message_about_the_search_space_and_deletes(
+        operator, experiments_api, kubectl, namespace):
+    # ~400 KiB of choices: within every per-field bound of the CRD, over kopf's old
+    # annotation copy (256 KiB) and over the parser's limit on a whole search space
+    space = {f"p{i}": {"choice": [f"{i}-{j}-" + "v" * 200 for j in range(30)]} for i in range(64)}
+    body = experiment("huge", search_space=space)
+    assert len(json.dumps(body)) > 300 * 1024
+    kubectl_create(kubectl, namespace, body)
+
+    failed = wait_condition(experiments_api, namespace, "huge", "Failed", timeout=60, operator=operator)
+    reason = condition(failed, "Failed")
+    assert reason["reason"] == "InvalidSpec"
+    assert "spec.searchSpace: is too large" in reason["message"], reason["message"]
+    annotations = failed["metadata"].get("annotations") or {}
+    assert sum(len(value) for value in annotations.values()) < 2048, annotations   # a digest, not a copy
+
+    kubectl("delete", "-n", namespace, "experiment", "huge", "--timeout=60s", timeout=90)
+    wait_for(lambda: experiment_gone(experiments_api, namespace, "huge"), timeout=30, message="huge deleted")
+
+
+def test_a_spec_change_still_wakes_the_controller(operator, experiments_api, kubectl, namespace):
+    # the diff base is a digest now: a changed spec must still count as a change
+    body = experiment("grows", budget={"maxTrials": 1, "parallelism": 1})
+    kubectl_create(kubectl, namespace, body)
+    wait_condition(experiments_api, namespace, "grows", "Succeeded", timeout=90, operator=operator)
+    kubectl("patch", "-n", namespace, "experiment", "grows", "--type=merge",
+            "-p", json.dumps({"spec": {"budget": {"maxTrials": 2}}}))
+
+    def second_trial_done():
+        status = get_experiment(experiments_api, namespace, "grows").get("status") or {}
+        return (status.get("trialCounts") or {}).get("succeeded") == 2
+    wait_for(second_trial_done, timeout=90, interval=0.5, message="the second trial after the spec change")

@@ -1,0 +1,187 @@
+"""The Experiment CRD (what `kubectl apply` checks and fills in) and kubetune.spec (what
+`kubetune run` and the operator check and fill in) cannot drift: the same enums, the
+same defaults, the same numeric bounds.  A field added to one and not the other fails here."""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from kubetune.core.schedulers import SCHEDULERS as SCHEDULER_CLASSES
+from kubetune.spec import SpecError, parse_experiment
+from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS
+from kubetune.spec.parse import TOP_LEVEL
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "experiment.yaml"
+MINIMAL = {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
+           "trial": {"entrypoint": "m:f"}}
+
+
+def spec_schema() -> dict[str, Any]:
+    [version] = yaml.safe_load(CRD.read_text())["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def fields(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(dotted path under spec, schema) of every named property, depth first."""
+    for name, child in (schema.get("properties") or {}).items():
+        where = f"{path}.{name}" if path else name
+        yield where, child
+        yield from fields(child, where)
+
+
+def field(path: str) -> dict[str, Any]:
+    return dict(fields(spec_schema()))[path]
+
+
+def with_value(path: str, value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(MINIMAL)
+    *parents, last = path.split(".")
+    node = spec
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return spec
+
+
+# -- enums ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,names", [
+    ("search.algorithm", ALGORITHMS), ("scheduler.type", SCHEDULERS), ("executor", EXECUTORS),
+    ("trial.metricsCollector", METRICS_COLLECTORS), ("objective.mode", ("min", "max")),
+])
+def test_enums_are_the_same(path, names):
+    assert tuple(field(path)["enum"]) == tuple(names)
+    # a spec every name fits: a finite space (grid), an iteration cap (asha), a template (pod)
+    base = {**MINIMAL, "searchSpace": {"x": {"choice": [1, 2]}}, "scheduler": {"maxIterations": 10},
+            "executor": "pod", "trial": {"template": {"spec": {"containers": [{"name": "t"}]}}}}
+    for name in names:
+        spec = copy.deepcopy(base)
+        *parents, last = path.split(".")
+        node = spec
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = name
+        if spec["executor"] == "ray":
+            spec["trial"] = {"entrypoint": "m:f"}
+        parse_experiment(spec)
+
+
+def test_every_scheduler_name_has_a_scheduler():
+    assert tuple(SCHEDULER_CLASSES) == SCHEDULERS
+
+
+def test_distributions_and_top_level_fields_are_the_same():
+    assert tuple(spec_schema()["properties"]["searchSpace"]["additionalProperties"]["properties"]) == DISTRIBUTIONS
+    assert set(spec_schema()["properties"]) == set(TOP_LEVEL)
+
+
+# -- defaults ------------------------------------------------------------------------------
+
+# CRD path -> where parse_experiment puts it
+MODEL: dict[str, Callable[[Any], Any]] = {
+    "search.algorithm": lambda s: s.search.algorithm,
+    "scheduler.type": lambda s: s.scheduler.type,
+    "scheduler.gracePeriod": lambda s: s.scheduler.grace_period,
+    "scheduler.reductionFactor": lambda s: s.scheduler.reduction_factor,
+    "scheduler.perturbationInterval": lambda s: s.scheduler.perturbation_interval,
+    "scheduler.quantileFraction": lambda s: s.scheduler.quantile_fraction,
+    "scheduler.resampleProbability": lambda s: s.scheduler.resample_probability,
+    "budget.maxTrials": lambda s: s.budget.max_trials,
+    "budget.parallelism": lambda s: s.budget.parallelism,
+    "trial.resources.cpu": lambda s: s.trial.resources.cpu,
+    "trial.resources.gpu": lambda s: s.trial.resources.gpu,
+    "trial.resources.bundles": lambda s: s.trial.resources.bundles,
+    "trial.maxFailures": lambda s: s.trial.max_failures,
+    "trial.metricsCollector": lambda s: s.trial.metrics_collector,
+    "checkpoint.keepLast": lambda s: s.checkpoint.keep_last,
+    "checkpoint.keepBest": lambda s: s.checkpoint.keep_best,
+    "checkpoint.deleteOnCompletion": lambda s: s.checkpoint.delete_on_completion,
+    "executor": lambda s: s.executor,
+    "priority": lambda s: s.priority,
+    "suspend": lambda s: s.suspend,
+}
+DESCRIBED_DEFAULT = re.compile(r"\bdefault (-?[0-9.]+|[a-z]+)\b")
+
+
+def crd_defaults() -> dict[str, Any]:
+    """Defaults the API server fills in, and those the CRD only states ("default 3")."""
+    found = {}
+    for path, schema in fields(spec_schema()):
+        if "default" in schema:
+            found[path] = schema["default"]
+        elif (match := DESCRIBED_DEFAULT.search(str(schema.get("description", "")))):
+            found[path] = yaml.safe_load(match.group(1))
+    return found
+
+
+def test_every_crd_default_is_the_parsers():
+    defaults = crd_defaults()
+    assert set(defaults) <= set(MODEL), f"add these to MODEL: {sorted(set(defaults) - set(MODEL))}"
+    parsed = parse_experiment(MINIMAL)
+    for path, value in defaults.items():
+        assert MODEL[path](parsed) == value, path
+
+
+def test_every_parser_default_is_in_the_crd():
+    assert set(MODEL) - {"trial.metricsCollector"} <= set(crd_defaults())
+    # the pod executor's collector: stated in the description, "(default push)"
+    assert "(default push)" in field("trial.metricsCollector")["description"]
+    assert MODEL["trial.metricsCollector"](parse_experiment(MINIMAL)) == "push"
+
+
+# -- bounds --------------------------------------------------------------------------------
+
+def bounded_fields() -> list[tuple[str, str, Any, Any]]:
+    """(path, side, a value out of bounds, the bound itself) for every minimum and maximum."""
+    found = []
+    for path, schema in fields(spec_schema()):
+        step = 1 if schema.get("type") == "integer" else 0.5
+        if "minimum" in schema:
+            bound = schema["minimum"]
+            inside = bound + step if schema.get("exclusiveMinimum") else bound
+            found.append((path, "minimum", bound if schema.get("exclusiveMinimum") else bound - step, inside))
+        if "maximum" in schema:
+            found.append((path, "maximum", schema["maximum"] + step, schema["maximum"]))
+    return found
+
+
+BOUNDS = bounded_fields()
+
+
+def test_the_bounds_are_found():
+    paths = {path for path, *_ in BOUNDS}
+    assert {"search.seed", "priority", "budget.maxTrials", "scheduler.quantileFraction"} <= paths
+
+
+@pytest.mark.parametrize("path,side,outside,inside", BOUNDS, ids=[f"{b[0]}.{b[1]}" for b in BOUNDS])
+def test_the_parser_has_the_crds_bounds(path, side, outside, inside):
+    with pytest.raises(SpecError) as refused:
+        parse_experiment(with_value(path, outside))
+    assert refused.value.path == f"spec.{path}"
+    parse_experiment(with_value(path, inside))
+
+
+@pytest.mark.parametrize("path,value", [("budget.maxDuration", "0s"), ("trial.queueTimeout", "0h0m"),
+                                        ("ray.address", "ray://head"), ("search.seed", -1)])
+def test_what_the_crd_refuses_the_parser_refuses(path, value):
+    with pytest.raises(SpecError) as refused:
+        parse_experiment(with_value(path, value))
+    assert refused.value.path == f"spec.{path}"
+
+
+def test_unknown_names_are_errors_in_core_too():
+    from kubetune.core.schedulers import make_scheduler
+    from kubetune.core.search import Searcher
+    from kubetune.spec.model import SchedulerSpec, SearchSpec
+    from dataclasses import replace
+
+    parsed = parse_experiment(MINIMAL)
+    with pytest.raises(SpecError, match="unknown algorithm 'bayes'"):
+        Searcher(replace(parsed, search=SearchSpec(algorithm="bayes")))
+    with pytest.raises(SpecError, match="unknown scheduler 'bohb'"):
+        make_scheduler(replace(parsed, scheduler=SchedulerSpec(type="bohb")), Searcher(parsed))
