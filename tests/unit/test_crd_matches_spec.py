@@ -19,6 +19,8 @@ from kubetune.spec.parse import TOP_LEVEL
 CRD = Path(__file__).resolve().parents[2] / "crds" / "experiment.yaml"
 MINIMAL = {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
            "trial": {"entrypoint": "m:f"}}
+# optional sections whose own defaults are checked need their required fields
+WITH_SECTIONS = {**MINIMAL, "warmStart": {"experiments": ["earlier"]}}
 
 
 def spec_schema() -> dict[str, Any]:
@@ -39,7 +41,7 @@ def field(path: str) -> dict[str, Any]:
 
 
 def with_value(path: str, value: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(MINIMAL)
+    spec = copy.deepcopy(WITH_SECTIONS)
     *parents, last = path.split(".")
     node = spec
     for key in parents:
@@ -104,6 +106,7 @@ MODEL: dict[str, Callable[[Any], Any]] = {
     "executor": lambda s: s.executor,
     "priority": lambda s: s.priority,
     "suspend": lambda s: s.suspend,
+    "warmStart.maxTrials": lambda s: s.warm_start.max_trials,
 }
 DESCRIBED_DEFAULT = re.compile(r"\bdefault (-?[0-9.]+|[a-z]+)\b")
 
@@ -122,7 +125,7 @@ def crd_defaults() -> dict[str, Any]:
 def test_every_crd_default_is_the_parsers():
     defaults = crd_defaults()
     assert set(defaults) <= set(MODEL), f"add these to MODEL: {sorted(set(defaults) - set(MODEL))}"
-    parsed = parse_experiment(MINIMAL)
+    parsed = parse_experiment(WITH_SECTIONS)
     for path, value in defaults.items():
         assert MODEL[path](parsed) == value, path
 
@@ -131,7 +134,7 @@ def test_every_parser_default_is_in_the_crd():
     assert set(MODEL) - {"trial.metricsCollector"} <= set(crd_defaults())
     # the pod executor's collector: stated in the description, "(default push)"
     assert "(default push)" in field("trial.metricsCollector")["description"]
-    assert MODEL["trial.metricsCollector"](parse_experiment(MINIMAL)) == "push"
+    assert MODEL["trial.metricsCollector"](parse_experiment(WITH_SECTIONS)) == "push"
 
 
 # -- bounds --------------------------------------------------------------------------------
