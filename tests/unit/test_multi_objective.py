@@ -1,6 +1,7 @@
 """Several objectives, constraints, MO-ASHA, warm start, initial points and reuse, driven
 through the real runner in simulated time. The expected answers are computed here with
 plain loops, independently of the Optuna helpers the code uses."""
+import dataclasses
 import json
 import math
 
@@ -112,6 +113,28 @@ def test_pareto_front_equals_the_non_dominated_feasible_trials(algorithm):
     assert outcomes.hypervolume[-1][0] == len(feasible)
     assert [v for _, v in outcomes.hypervolume] == sorted(v for _, v in outcomes.hypervolume)
     assert runner.finished.phase == "Succeeded" and runner.summary(0).best_trial is None
+
+
+def test_front_and_feasibility_survive_a_restart_with_downsampled_histories():
+    """A restarted operator may find only the last point of each history (bounded Trial
+    status); the objective values persisted beside it keep the front and the marks."""
+    spec = mo_spec(searchSpace={"x": {"uniform": [0, 1]}}, constraints=[{"metric": "mem", "max": 7}],
+                   budget={"maxTrials": 20, "parallelism": 3})
+    runner = make_runner(spec)
+    # size and mem are reported at the first iteration only
+    Simulator(runner, lambda p, i: {"loss": (1 - p["x"]) ** 2 + 1 / i, **({"size": p["x"], "mem": 10 * p["x"]}
+                                                                          if i == 1 else {})},
+              trial_length=4).run()
+    records = [dataclasses.replace(r, history=r.history[-1:],
+                                   latest_metrics=render.read_objective_values(
+                                       render.trial_status(runner.trials[r.name])["objectiveValues"]))
+               for r in records_of(runner)]
+    restored = make_runner(spec)
+    restored.restore(records)
+    assert restored.summary(0).outcomes.front == runner.summary(0).outcomes.front
+    assert runner.summary(0).outcomes.front_size > 1
+    assert {n: t.infeasible for n, t in restored.trials.items()} == {n: t.infeasible for n, t in runner.trials.items()}
+    assert any(t.infeasible for t in runner.trials.values())
 
 
 def test_an_infeasible_trial_is_never_best_with_one_objective():
@@ -230,6 +253,12 @@ def test_mo_asha_rungs_survive_a_restart():
         b = restored.scheduler._judge(name, 27, [0.9, 0.9])
         assert a == b
     assert restored.summary(0).outcomes.front == runner.summary(0).outcomes.front
+    # from each trial's persisted state alone (no history), the same rungs
+    states = {name: runner.scheduler.trial_state(trial) for name, trial in runner.trials.items()}
+    assert all(len(state["rungs"]) <= 3 for state in states.values() if state)
+    bare = MOASHAScheduler(spec, Searcher(spec))
+    bare.restore([TrialInfo(t.name, t.index, {}) for t in runner.trials.values()], json.loads(json.dumps(states)))
+    assert bare._rungs == runner.scheduler._rungs and bare._reached == runner.scheduler._reached
 
 
 # ---------------------------------------------------------------- reuse, warm start, initial points

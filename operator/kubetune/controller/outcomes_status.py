@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from kubetune.core.pareto import Outcomes
 
@@ -23,6 +23,24 @@ def _number(value: float) -> float | str:
     if math.isfinite(value):
         return value
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def objective_values(latest: Mapping[str, float]) -> dict[str, float | str]:
+    """A Trial's ``status.objectiveValues``: at most one number per objective and
+    constraint metric (the spec bounds how many there are)."""
+    return {name[:MAX_VALUE_CHARS * 4]: _number(value) for name, value in latest.items()}
+
+
+def read_objective_values(raw: Any) -> dict[str, float] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    values = {}
+    for name, value in raw.items():
+        if isinstance(value, str):
+            value = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name] = float(value)
+    return values
 
 
 def _param(value: Any) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
-from kubetune.controller.outcomes_status import outcome_fields
+from kubetune.controller.outcomes_status import objective_values, outcome_fields, read_objective_values
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
 
 TRIAL_COUNT_KEYS = ("pending", "queued", "running", "paused", "succeeded", "failed", "stopped")
@@ -61,6 +61,8 @@ def trial_status(trial: Any) -> dict[str, Any]:
     if trial.failure_log:
         status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
                                "time": rfc3339(f["time"])} for f in trial.failure_log]
+    if trial.latest:
+        status["objectiveValues"] = objective_values(trial.latest)
     if trial.infeasible:   # its results break spec.constraints: never best, never on the front
         status["infeasible"] = trial.infeasible[:MAX_FAILURE_MESSAGE_CHARS]
     if trial.parent:
@@ -95,6 +97,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
+        latest_metrics=read_objective_values(status.get("objectiveValues")),
         failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
                           for f in status.get("failures") or ()),
     )

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
 from kubetune.core import pareto
-from kubetune.core.search import Searcher, WarmTrial, latest_values, objective_value
+from kubetune.core.search import Searcher, WarmTrial, latest_values, objective_value, record_latest
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, PauseTrial, Result,
@@ -602,6 +602,8 @@ class TrialRunner:
                 continue
             trial.last_value = value
             self._record_value(trial, value, metrics.get("iteration", position))
+        # the persisted values outlive a downsampled history
+        trial.latest.update(record_latest(record, self.searcher.tracked_metrics))
         if trial.phase is SUCCEEDED:
             self._judge_constraints(trial)
         return trial

@@ -81,6 +81,15 @@ def latest_values(history: Iterable[Mapping[str, Any]], metrics: Iterable[str]) 
     return latest
 
 
+def record_latest(record: TrialRecord, metrics: Iterable[str]) -> dict[str, float]:
+    """A persisted trial's latest values: from its history, and from ``latest_metrics``,
+    which holds them whole when the history is downsampled."""
+    wanted = list(metrics)
+    latest = latest_values(record.history, wanted)
+    latest.update({k: v for k, v in (record.latest_metrics or {}).items() if k in wanted})
+    return latest
+
+
 @dataclass(frozen=True)
 class WarmTrial:
     """A completed trial of an earlier Experiment: ``source`` is ``<experiment>/<trial>``."""
@@ -99,6 +108,7 @@ def warm_trials(experiment: str, records: Iterable[TrialRecord]) -> list[WarmTri
         metrics: dict[str, Any] = {}
         for entry in record.history:
             metrics.update({k: v for k, v in entry.items() if k != "iteration" and objective_value(entry, k) is not None})
+        metrics.update(record.latest_metrics or {})
         found.append(WarmTrial(f"{experiment}/{record.name}", dict(record.params), metrics))
     return found
 
@@ -397,7 +407,7 @@ class Searcher:
         if replay is not None:
             replay()
         for record, trial_id, state, values in finals:
-            metrics = latest_values(record.history, self.tracked_metrics)
+            metrics = record_latest(record, self.tracked_metrics)
             if state in (TrialState.COMPLETE, TrialState.PRUNED):
                 self._set_constraints(self.study, trial_id, metrics)
             if state is TrialState.COMPLETE:
@@ -413,7 +423,7 @@ class Searcher:
 
     def _final_state(self, record: TrialRecord) -> tuple[TrialState, list[float] | None]:
         last = objective_value(record.history[-1], self._metric) if record.history else None
-        values = self.objective_values(last, latest_values(record.history, self.tracked_metrics))
+        values = self.objective_values(last, record_latest(record, self.tracked_metrics))
         if not record.phase.is_terminal:
             return TrialState.RUNNING, None
         if record.phase is TrialPhase.SUCCEEDED and values is not None:

@@ -13,7 +13,7 @@ keeps no intermediate values.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from optuna.study._multi_objective import _fast_non_domination_rank
@@ -70,11 +70,24 @@ class MOASHAScheduler(TrialScheduler):
         return own <= cutoff, (f"({values}) has non-dominated rank {own}, behind the top 1/{rf} of the "
                                f"{len(names)} trials that reached it (cutoff rank {cutoff})")
 
-    def restore(self, trials: Iterable[TrialInfo]) -> None:
-        """Replay each trial's history: a trial records its vector at each rung it reached
-        whatever the others did, so the recorded rungs (all later decisions depend on) do
-        not depend on the order trials reported in."""
+    def trial_state(self, trial: TrialInfo) -> dict[str, Any]:
+        """The trial's vector (as losses) at each rung it reached: a few numbers per rung,
+        all a restart needs to take the same decisions."""
+        reached = self._reached.get(trial.name, 0)
+        return {"rungs": [self._rungs[rung][trial.name] for rung in range(reached)]} if reached else {}
+
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """From each trial's ``trial_state`` when persisted, else by replaying its history:
+        a trial records its vector at each rung it reached whatever the others did, so the
+        recorded rungs (all later decisions depend on) do not depend on the order trials
+        reported in."""
         for trial in sorted(trials, key=lambda t: t.index):
+            rungs = (states or {}).get(trial.name, {}).get("rungs")
+            if rungs:
+                for rung, loss in enumerate(rungs):
+                    self._rungs.setdefault(rung, {})[trial.name] = [float(v) for v in loss]
+                self._reached[trial.name] = len(rungs)
+                continue
             latest: dict[str, float] = {}
             for position, metrics in enumerate(trial.history, start=1):
                 latest.update(latest_values([metrics], self._metrics))
