@@ -65,6 +65,12 @@ def draw(stream: IO[str], controller: Any, store: Any, *, final: bool = False) -
     stream.write(render(rows, ["TRIAL", "PHASE", "ITER", "METRIC", "PARAMETERS"]) + "\n")
     if hidden:
         stream.write(f"... and {hidden} more trials\n")
+    front = status.get("paretoFront")
+    if final and front:
+        stream.write(f"Pareto front: {front['size']} trials\n")
+        for point in front["points"]:
+            values = "  ".join(f"{k}={format_value(v)}" for k, v in point["values"].items())
+            stream.write(f"  {point['trial']}  {values}  parameters={point['parameters']}\n")
     best = status.get("bestTrial")
     if final and best:
         stream.write(f"best trial: {best['name']}  {controller.spec.objective.metric}={format_value(best['metric'])}  "

@@ -167,14 +167,15 @@ class TrialRunner:
                     self._best = _Best(other.best_value, other.name, other.best_iteration, dict(other.params))
 
     def _record_value(self, trial: TrialInfo, value: float, iteration: int) -> None:
-        """Best-so-far bookkeeping of one objective value (one objective only: several
-        objectives have a Pareto front instead of a best trial)."""
+        """Best-so-far bookkeeping of the (first) objective: the trial's own best always,
+        the experiment's only with one objective (several have a Pareto front instead)
+        and only from results within the constraints."""
         objective = self.spec.objective
-        if math.isnan(value) or self.spec.multi_objective:
+        if math.isnan(value):
             return
         if trial.best_value is None or objective.better(value, trial.best_value):
             trial.best_value, trial.best_iteration = value, iteration
-        if not self._feasible(trial.latest):
+        if self.spec.multi_objective or not self._feasible(trial.latest):
             return
         if self._best is None or objective.better(value, self._best.value):
             self._best = _Best(value, trial.name, iteration, dict(trial.params))
