@@ -8,9 +8,9 @@ import kopf
 
 from kubetune import metrics, settings as operator_settings
 from kubetune.controller.clusters import ClusterRegistry
-from kubetune.controller.operator_state import OperatorState
+from kubetune.controller.operator_state import CleanupPending, OperatorState
 from kubetune.controller.pod_cluster import PodSupport
-from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, load_config
+from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
 from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
 from kubetune.results import open_store
@@ -23,7 +23,8 @@ PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint
 
 def _executor_factory(address: str):
     from kubetune.executors.ray import RayExecutor   # Ray is imported only when needed
-    return RayExecutor(address)
+    # a running trial no controller has called for this long ends itself (0: never)
+    return RayExecutor(address, lease_timeout_s=operator_settings.current().trial_lease_seconds)
 
 
 def _event_poster(body):
@@ -50,13 +51,14 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     chosen = operator_settings.current()
     PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url)
     registry = ClusterRegistry(chosen.ray_address, _executor_factory,
-                               pod_cluster=await PODS.start())
+                               pod_cluster=await PODS.start(), allow_local=chosen.allow_local_ray or not in_cluster())
     # opened by the writer's thread: a database that is down at start delays the
     # results (kept, retried), never the operator
     RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
     STATE = OperatorState(
         registry,
-        store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body)),
+        store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
+                                                             uid=body.get("metadata", {}).get("uid")),
         checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
     metrics.watch_state(lambda: STATE)
 
@@ -76,9 +78,20 @@ async def spec_changed(namespace: str, name: str, **_) -> None:
     STATE.wake(namespace, name)
 
 
-@kopf.on.delete(GROUP, VERSION, EXPERIMENTS)
-async def experiment_deleted(namespace: str, name: str, **_) -> None:
-    await STATE.delete(namespace, name)
+# An Experiment's finalizer stays until its trials are ended, retried every few seconds;
+# after CLEANUP_TIMEOUT_SECONDS kopf gives up and lets it go (the trials' own lease
+# then ends them: trainable/host.py). Each failed attempt is a Warning Event.
+CLEANUP_RETRY_SECONDS = 3.0
+CLEANUP_TIMEOUT_SECONDS = operator_settings.current().cleanup_timeout_seconds
+
+
+@kopf.on.delete(GROUP, VERSION, EXPERIMENTS, timeout=CLEANUP_TIMEOUT_SECONDS)
+async def experiment_deleted(namespace: str, name: str, body: kopf.Body, retry: int, **_) -> None:
+    try:
+        await STATE.delete(namespace, name, body)
+    except CleanupPending as error:
+        kopf.event(body, type="Warning", reason="CleanupPending", message=f"attempt {retry + 1}: {error}"[:1000])
+        raise kopf.TemporaryError(str(error), delay=CLEANUP_RETRY_SECONDS) from error
 
 
 @kopf.on.cleanup()

@@ -66,7 +66,9 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
 
     events: list[str] = []
     store = MemoryStore(on_event=lambda kind, reason, message: events.append(f"{reason}: {message}"))
-    registry = ClusterRegistry(ray_address, RayExecutor)
+    # one Experiment, one process: its own spec.ray.address, if it names one, is the cluster
+    registry = ClusterRegistry(((body.get("spec") or {}).get("ray") or {}).get("address") or ray_address,
+                               RayExecutor)
     namespace = body["metadata"].get("namespace", "local")
     last_drawn = [0.0]
 

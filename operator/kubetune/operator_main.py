@@ -14,8 +14,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--ray-address", default=env_fallback("KUBETUNE_RAY_ADDRESS", "local"),
                         help="default Ray cluster: local (embedded), auto, or ray://host:10001")
+    parser.add_argument("--allow-local-ray", action="store_true",
+                        default=env_fallback("KUBETUNE_ALLOW_LOCAL_RAY", "") not in ("", "0", "false"),
+                        help="inside a Kubernetes cluster, allow Ray address 'local' (trials then run in "
+                             "the operator's pod, next to its ServiceAccount token); outside one it always is")
     parser.add_argument("--checkpoint-storage", default=env_fallback("KUBETUNE_CHECKPOINT_STORAGE", ""),
                         help="default checkpoint storage when an Experiment names none")
+    parser.add_argument("--trial-lease-seconds", type=float,
+                        default=float(env_fallback("KUBETUNE_TRIAL_LEASE_SECONDS", "900")),
+                        help="a running Ray trial that no operator has called for this long stops and frees "
+                             "its resources (its controller is gone); 0: never. Longer than any operator outage "
+                             "you want trials to outlive")
+    parser.add_argument("--leader-election", action="store_true",
+                        default=env_fallback("KUBETUNE_LEADER_ELECTION", "") not in ("", "0", "false"),
+                        help="run as one of several replicas: only the holder of a coordination.k8s.io Lease "
+                             "drives Experiments; the others wait to take over")
+    parser.add_argument("--lease-name", default="kubetune-operator", help="the Lease's name")
+    parser.add_argument("--lease-namespace", default="",
+                        help="the Lease's namespace (default: $POD_NAMESPACE, else the first --namespace, "
+                             "else default)")
+    parser.add_argument("--identity", default="",
+                        help="this replica's name in the Lease (default: $POD_NAME, else host and process id)")
     parser.add_argument("--log-level", default=env_fallback("KUBETUNE_LOG_LEVEL", "INFO"))
     parser.add_argument("--liveness", default="", help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     # ports are flags only: KUBETUNE_METRICS_PORT and KUBETUNE_INGEST_PORT are the
@@ -39,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     configure(OperatorSettings(ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
                                ingest_port=args.ingest_port, ingest_url=args.ingest_url,
-                               results_url=args.results_url))
+                               results_url=args.results_url, allow_local_ray=args.allow_local_ray,
+                               trial_lease_seconds=args.trial_lease_seconds))
     import kubetune.handlers  # noqa: F401  (registers the handlers)
 
     async def run() -> None:
@@ -47,15 +67,55 @@ def main(args: argparse.Namespace) -> int:
         if args.metrics_port:
             from kubetune import metrics
             server = await metrics.serve(args.metrics_port)
+        elector = health = None
         try:
+            if args.leader_election:
+                elector, health = await _lead(args)
             await kopf.operator(
                 # namespaces=[] (not None) when cluster-wide: kopf's namespace observer
                 # iterates it, and crashes (stopping the operator) on None
                 clusterwide=not args.namespace, namespaces=args.namespace,
-                liveness_endpoint=args.liveness or None, standalone=True)
+                # with leader election, our own endpoint serves liveness in both roles
+                liveness_endpoint=None if elector else args.liveness or None, standalone=True)
         finally:
-            if server is not None:
-                await server.cleanup()
+            if elector is not None:
+                await elector.release()
+            for runner in (health, server):
+                if runner is not None:
+                    await runner.cleanup()
 
     asyncio.run(run())
     return 0
+
+
+async def _lead(args: argparse.Namespace):
+    """Wait (a standby) until this replica holds the Lease; returns (elector, health server)."""
+    import importlib
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from kubetune.k8s.client import load_config
+    from kubetune.k8s.lease import LeaderElector, serve_health
+
+    log = logging.getLogger("kubetune.leader")
+    load_config()
+    namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE") or (args.namespace or ["default"])[0]
+    identity = args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(namespace, args.lease_name, identity)
+    health = None
+    if args.liveness:
+        url = urlparse(args.liveness)
+        health = await serve_health(url.port or 8080, url.path or "/healthz", lambda: elector.leading)
+    # what a new leader needs first, loaded while it waits: failover is not an import away
+    await asyncio.to_thread(importlib.import_module, "kubetune.executors.ray")
+    await elector.acquire()
+
+    def lost(why: str) -> None:
+        # stop driving before any standby may start: at once, no cleanup that could hang
+        log.error("%s: exiting so that exactly one replica drives", why)
+        logging.shutdown()
+        os._exit(1)
+
+    elector.keep_renewing(lost)
+    return elector, health

@@ -42,6 +42,9 @@ class OperatorSettings:
     ingest_port: int = 8081
     ingest_url: str = ""
     results_url: str = ""      # the results store; "": kubetune.results.default_url()
+    allow_local_ray: bool = False      # Ray address `local` inside a cluster (outside one it always is)
+    trial_lease_seconds: float = 0.0   # a running Ray trial nobody calls this long ends itself (0: never)
+    cleanup_timeout_seconds: float = 600.0   # an Experiment's deletion retries its cleanup this long
 
 
 _current: OperatorSettings | None = None

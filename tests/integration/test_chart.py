@@ -153,10 +153,15 @@ def test_helm_lint_is_clean(helm):
 def test_template_all_namespaces_uses_a_cluster_role(helm, tmp_path):
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {}))
     assert set(kinds) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                          "PersistentVolumeClaim"}
+                          "PersistentVolumeClaim", "Role", "RoleBinding"}
     [deployment] = kinds["Deployment"]
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    # two replicas, one drives: the holder of the Lease (a Role in the release namespace)
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate"}
+    [lease_role] = kinds["Role"]
+    assert lease_role["metadata"]["namespace"] == "kubetune-system"
+    assert {tuple(r["verbs"]) for r in lease_role["rules"]} == {("create",), ("get", "update")}
+    assert all(r["resources"] == ["leases"] for r in lease_role["rules"])
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -167,8 +172,10 @@ def test_template_all_namespaces_uses_a_cluster_role(helm, tmp_path):
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert {"/tmp", "/tmp/ray"} <= set(mounts) and all("emptyDir" in volumes[mounts[p]] for p in ("/tmp", "/tmp/ray"))
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}   # the leader only
+    assert "--leader-election" in container["args"] and "--lease-name=kt-kubetune" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8082}
     assert "--metrics-port=8080" in container["args"] and "--liveness=http://0.0.0.0:8082/healthz" in container["args"]
@@ -182,15 +189,15 @@ def test_template_namespace_list_uses_roles_only(helm, tmp_path):
     values = {"watchNamespaces": ["team-a", "team-b"], "ray": {"tokenSecretRef": {"name": "ray-token"}}}
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
-    assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["team-a", "team-b"]
-    assert sorted(b["metadata"]["namespace"] for b in kinds["RoleBinding"]) == ["team-a", "team-b"]
+    assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["kubetune-system", "team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in kinds["RoleBinding"]) == ["kubetune-system", "team-a", "team-b"]
     [container] = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"]
     assert [a for a in container["args"] if a.startswith("--namespace")] == [
         "--namespace=team-a", "--namespace=team-b"]
     env = {e["name"]: e for e in container["env"]}
     assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "ray-token", "key": "token"}}
     # the Role grants nothing on Secrets: the kubelet injects the token, not the operator
-    rules = kinds["Role"][0]["rules"]
+    rules = next(r for r in kinds["Role"] if r["metadata"]["namespace"] == "team-a")["rules"]
     assert not any("secrets" in r["resources"] for r in rules)
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
 
@@ -215,6 +222,10 @@ def test_template_results_store_defaults_to_sqlite_on_a_kept_pvc(helm, tmp_path)
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/kubetune"]
     assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": "kt-kubetune-results"}
     assert pod["securityContext"]["fsGroup"] == 10001          # the non-root operator can write the volume
+    # the two replicas share that ReadWriteOnce volume: one node for both
+    [term] = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == kinds["Deployment"][0]["spec"]["selector"]["matchLabels"]
     args = cli.build_parser().parse_args(["operator", *container["args"]])   # the operator takes these flags
     assert args.results_url == "sqlite:////var/lib/kubetune/results.db"
     assert "KUBETUNE_RESULTS_URL" not in {e["name"] for e in container["env"]}
@@ -240,6 +251,7 @@ def test_template_results_store_on_postgres_takes_its_url_from_a_secret(helm, tm
     assert env["KUBETUNE_RESULTS_URL"]["valueFrom"] == {"secretKeyRef": {"name": "kubetune-db", "key": "url"}}
     assert not any(a.startswith("--results-url") for a in container["args"])   # a password never in args
     assert "/var/lib/kubetune" not in {m["mountPath"] for m in container["volumeMounts"]}
+    assert "affinity" not in kinds["Deployment"][0]["spec"]["template"]["spec"]    # replicas on any node
     # the kubelet reads the Secret; the operator's RBAC still grants nothing on Secrets
     assert not any("secrets" in r["resources"] for r in kinds["ClusterRole"][0]["rules"])
     invalid = run_helm(helm, "template", "kt", str(CHART), "--set", "results.postgres.urlSecretRef.key=")
@@ -280,12 +292,18 @@ class ChartOperator:
     def start(self, namespaces: list[str]) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("KUBERNETES_SERVICE_HOST", None)     # never the in-cluster config
+        [deployment] = [d for d in self.documents if d["kind"] == "Deployment"]
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        # the chart's leader election, its Lease in the release namespace (POD_NAMESPACE in a Pod)
+        election = [a for a in container["args"] if a.startswith(("--leader-election", "--lease-name"))]
+        if election:
+            election.append(f"--lease-namespace={self.home}")
         with open(self.log_path, "w") as log_file:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kubetune", "operator", *(f"--namespace={n}" for n in namespaces),
                  "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
                  "--metrics-port", str(self.metrics_port), "--ingest-port", str(free_port()),
-                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
+                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz", *election],
                 env=env, stdout=log_file, stderr=subprocess.STDOUT)
         wait_for(lambda: self.process.poll() is not None
                  or http_get(f"http://127.0.0.1:{self.health_port}/healthz")[0] == 200,
@@ -436,7 +454,9 @@ def test_cluster_wide_install_runs_an_experiment_in_any_namespace(helm, private_
         applied = operator.install(admin_client)
         [role] = [a for a in applied if a["kind"] == "ClusterRole"]
         assert role["rules"] == next(d for d in operator.documents if d["kind"] == "ClusterRole")["rules"]
-        assert "Role" not in {a["kind"] for a in applied}
+        # no namespaced permissions but the Lease of leader election, in the release namespace
+        assert [(a["metadata"]["name"], a["metadata"]["namespace"]) for a in applied if a["kind"] == "Role"] == [
+            ("kt-kubetune-leader", "kubetune-system")]
         # the KubeRay example's Experiment is accepted by the CRDs the chart installed
         example = yaml.safe_load((REPO / "examples" / "kuberay" / "experiment.yaml").read_text())
         client.CustomObjectsApi(admin_client).create_namespaced_custom_object(

@@ -48,7 +48,6 @@ def test_pod_executor_is_off_by_default(helm, tmp_path):
         assert [s["metadata"]["name"] for s in kinds["Service"]] == ["kt-kubetune-metrics"]
         container = operator_container(kinds)
         assert not any(a.startswith(("--ingest-port", "--ingest-url")) for a in container["args"])
-        assert "POD_NAMESPACE" not in {e["name"] for e in container["env"]}
         assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
 
 
@@ -56,7 +55,7 @@ def test_pod_executor_cluster_wide_adds_its_rules_service_and_wiring(helm, tmp_p
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {"podExecutor": {"enabled": True}}))
     [role] = kinds["ClusterRole"]
     assert role["rules"][-len(POD_RULES):] == POD_RULES
-    assert "Role" not in kinds
+    assert [r["metadata"]["name"] for r in kinds["Role"]] == ["kt-kubetune-leader"]    # the Lease only
     [ingest] = [s for s in kinds["Service"] if s["metadata"]["name"] == "kt-kubetune-ingest"]
     assert ingest["metadata"]["namespace"] == "kubetune-system"
     assert ingest["spec"]["ports"] == [{"name": "ingest", "port": 8081, "targetPort": "ingest", "protocol": "TCP"}]
@@ -74,8 +73,9 @@ def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
     values = {"watchNamespaces": ["team-a", "team-b"], "podExecutor": {"enabled": True, "ingestPort": 9091}}
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
-    assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["team-a", "team-b"]
-    for role in kinds["Role"]:
+    roles = [r for r in kinds["Role"] if r["metadata"]["name"] != "kt-kubetune-leader"]   # but the Lease's
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
         assert role["rules"][-len(POD_RULES):] == POD_RULES
         assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
     [ingest] = [s for s in kinds["Service"] if s["metadata"]["name"] == "kt-kubetune-ingest"]
@@ -104,7 +104,7 @@ def test_a_pod_experiment_runs_with_only_the_chart_permissions(helm, gpu_cluster
     with gpu_cluster.api_client() as admin_client:
         applied = operator.install(admin_client)
         assert {"Role", "RoleBinding", "Service"} <= {a["kind"] for a in applied}
-        [role] = [a for a in applied if a["kind"] == "Role"]
+        [role] = [a for a in applied if a["kind"] == "Role" and a["metadata"]["namespace"] == ns]
         assert role["metadata"]["namespace"] == ns and role["rules"][-len(POD_RULES):] == POD_RULES
         core, custom = client.CoreV1Api(admin_client), client.CustomObjectsApi(admin_client)
         with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client:

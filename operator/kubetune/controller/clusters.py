@@ -2,7 +2,9 @@
 executor (connection), the resource ledger, and the aggregated autoscaler request.
 
 Ray allows one cluster connection per driver process, so an operator process serves
-one Ray address; an Experiment that asks for another is told so in its status."""
+one Ray address: the one it was started with.  That connection belongs to the
+operator, not to whichever Experiment starts first: an Experiment that names another
+address (a typo, ``auto``, ``local``) fails on its own and no other one with it."""
 from __future__ import annotations
 
 import asyncio
@@ -116,12 +118,19 @@ def _cause(error: BaseException | str) -> object:
     return getattr(error, "cause", None) or error
 
 
+class RayAddressRefused(RayUnavailable):
+    """An Experiment's Ray address this operator will not connect to (its own failure)."""
+
+
 class ClusterRegistry:
     """Operator-wide: the one ClusterHandle per Ray address."""
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
-                 pod_cluster: Any = None) -> None:
+                 pod_cluster: Any = None, *, allow_local: bool = True) -> None:
         self.default_address = default_address
+        # ``local`` runs trials (user code) inside this process's machine: in a cluster,
+        # next to the operator's ServiceAccount token; refused there unless allowed
+        self.allow_local = allow_local
         self._executor_factory = executor_factory
         self._handles: dict[str, ClusterHandle] = {}
         self.pod_cluster = pod_cluster    # controller.pod_cluster.PodClusterHandle; None: not offered
@@ -130,12 +139,15 @@ class ClusterRegistry:
         return requested or self.default_address
 
     def get(self, address: str) -> ClusterHandle:
+        if address == "local" and not self.allow_local:
+            raise RayAddressRefused(
+                "Ray address 'local' would run trials inside the operator's pod, next to its "
+                "ServiceAccount token; start the operator with --allow-local-ray to allow it")
+        if address != self.default_address:
+            raise RayAddressRefused(
+                f"this operator serves Ray at {self.default_address!r}; spec.ray.address {address!r} "
+                "needs an operator of its own (Ray allows one cluster per process)")
         if address not in self._handles:
-            if self._handles:
-                connected = next(iter(self._handles))
-                raise RayUnavailable(
-                    f"this operator is connected to Ray at {connected!r}; spec.ray.address {address!r} "
-                    "needs an operator of its own (Ray allows one cluster per process)")
             self._handles[address] = ClusterHandle(address, self._executor_factory)
         return self._handles[address]
 

@@ -13,13 +13,14 @@ import time
 from typing import Any, Callable, Mapping
 
 from kubetune import metrics
-from kubetune.controller import render
+from kubetune.controller import render, restore
 from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
 from kubetune.controller.conditions import parse_rfc3339, set_condition
 from kubetune.controller.outcomes_status import warm_start_condition
+from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
 from kubetune.core.runner import TrialRunner
@@ -73,6 +74,7 @@ class ExperimentController:
         # ended trials whose checkpoints go (checkpoint.deleteOnCompletion) -> announce it
         self._checkpoints_to_delete: dict[str, bool] = {}
         self._orphans_checked = False   # actors of trials that ended while no operator watched
+        self._finished_at_start = False  # found finished for its spec: kept so, not restored
         self._cloned: dict[str, tuple[str, str]] = {}   # trial -> (donor's checkpoint, its own copy)
 
     # ------------------------------------------------------------------ lifecycle
@@ -94,19 +96,23 @@ class ExperimentController:
                 pass
         await self.flush(force=True)
 
-    async def shutdown(self, *, stop_trials: bool) -> None:
-        """Stop the loop; with ``stop_trials`` (Experiment deleted) end every trial on Ray."""
+    def stop(self) -> None:
+        """End the loop (its trials keep running)."""
         self._stopping = True
         self.wake()
-        if stop_trials and self.cluster is not None and self.cluster.executor is not None:
-            # every actor and placement group under the experiment, pooled workers included
-            await asyncio.to_thread(self.cluster.executor.stop_all, self._trial_key(""))
-            if self.runner is not None:
-                for name in list(self.runner.active_trials()):
-                    self.cluster.ledger.release(self._trial_key(name))
-            if isinstance(self.cluster, ClusterHandle):
-                # its queued demand goes with it, even if no other Experiment runs a cycle
-                await self.cluster.sync_autoscaler_request()
+
+    async def release_resources(self) -> None:
+        """The Experiment is gone and its trials ended (controller.operator_state): give
+        back what they held in the shared ledger, and withdraw their autoscaler demand."""
+        self.stop()
+        if self.cluster is None:
+            return
+        if self.runner is not None:
+            for name in list(self.runner.active_trials()):
+                self.cluster.ledger.release(self._trial_key(name))
+        if isinstance(self.cluster, ClusterHandle):
+            # its queued demand goes with it, even if no other Experiment runs a cycle
+            await self.cluster.sync_autoscaler_request()
 
     @property
     def written_status(self) -> Mapping[str, Any]:
@@ -125,6 +131,8 @@ class ExperimentController:
         if generation != self._generation:
             await self._take_spec(body, generation)
         if self.runner is None:
+            if self._finished_at_start and not self._orphans_checked:
+                await self._stop_runs_of_finished()
             await self.flush()
             return False
         if not await self.cluster.ensure_connected():
@@ -178,7 +186,12 @@ class ExperimentController:
                 await self._fail_invalid_spec(str(error), generation, reason="RayAddressUnsupported"
                                               if spec.executor == "ray" else "PodExecutorUnavailable")
                 return
-            await self._restore(spec, body, now)
+            if restore.finished_and_unchanged(body.get("status") or {}, generation):
+                # finished stays finished: no restore, no trial; a spec change restores it
+                self._experiment_written = dict(body.get("status") or {})
+                self._finished_at_start = True
+            else:
+                await self._restore(spec, body, now)
         else:
             await self._apply(self.runner.on_spec_changed(spec, now))
             rejection = getattr(self.runner, "spec_rejection", None)
@@ -192,16 +205,16 @@ class ExperimentController:
         """Rebuild from the Trial resources: a restarted operator continues the same run."""
         status = body.get("status") or {}
         start_time = parse_rfc3339(status["startTime"]) if status.get("startTime") else now
-        trials = await self.store.list_trials()
         warm, notes = await self._warm_start(spec)
         try:
-            runner = TrialRunner(spec, experiment=self.name, start_time=start_time,
-                                 ledger=self.cluster.ledger, owner=self._trial_key(""),
-                                 warm_start=warm, warm_start_notes=notes)
+            runner, trials = await restore.rebuild(
+                spec, experiment=self.name, owner=self._trial_key(""), start_time=start_time, status=status,
+                generation=body.get("metadata", {}).get("generation"), list_trials=self.store.list_trials,
+                warm_start=warm, warm_start_notes=notes)
         except SpecError as error:   # e.g. a search algorithm whose package is missing
             await self._fail_invalid_spec(str(error), self._body().get("metadata", {}).get("generation"))
             return
-        runner.restore([render.trial_record(t) for t in trials])
+        runner.attach_ledger(self.cluster.ledger)
         self.runner = runner
         # before the first poll: a donor's retention keeps what the operator has not yet seen
         for name in list(runner.trials):
@@ -270,6 +283,7 @@ class ExperimentController:
             elif isinstance(decision, FinishExperiment):
                 kind = "Normal" if decision.phase == "Succeeded" else "Warning"
                 await self.store.event(kind, decision.reason, decision.message)
+                await self._stop_runs_of_finished()   # its pooled workers too: it holds nothing now
             elif isinstance(decision, TrialPhaseChanged):
                 pass   # written back with the trial's status
         self._touched.discard("")
@@ -379,6 +393,19 @@ class ExperimentController:
             if key.rsplit("/", 1)[1] not in active:
                 log.info("%s/%s: stopping %s: its trial is not running", self.namespace, self.name, key)
                 await asyncio.to_thread(self.cluster.executor.stop, key)
+        self._orphans_checked = True
+
+    async def _stop_runs_of_finished(self) -> None:
+        """A finished Experiment has no live trial: end whatever still runs under it (an
+        operator killed between finishing and stopping a trial)."""
+        if not isinstance(self.cluster, ClusterHandle) or not await self.cluster.ensure_connected():
+            self._orphans_checked = not isinstance(self.cluster, ClusterHandle)
+            return
+        if self.runner is not None and self.runner.active_trials():
+            return      # reopened meanwhile (a spec change in the same cycle)
+        stopped = await asyncio.to_thread(self.cluster.executor.stop_all, self._trial_key(""))
+        if stopped:
+            log.info("%s/%s: stopped %d actors of the finished experiment", self.namespace, self.name, stopped)
         self._orphans_checked = True
 
     async def _delete_checkpoints(self) -> None:
@@ -527,7 +554,7 @@ class ExperimentController:
         phase_changed = status.get("phase") != self._experiment_written.get("phase")
         if not (force or phase_changed or now - self._experiment_written_at >= EXPERIMENT_WRITE_INTERVAL):
             return
-        await self.store.patch_experiment_status(status)
+        await self.store.patch_experiment_status(merge_patch(self._experiment_written, status))
         for kind, reason, message in status_events(self._experiment_written, status):
             await self.store.event(kind, reason, message)
         self._experiment_written = status

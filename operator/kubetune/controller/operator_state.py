@@ -6,12 +6,16 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from kubetune.controller.clusters import ClusterRegistry
+from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
 from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.results.writer import ResultsWriter
 
 log = logging.getLogger(__name__)
+
+
+class CleanupPending(Exception):
+    """An Experiment's trials are not all ended yet; the deletion is retried."""
 
 
 class OperatorState:
@@ -25,6 +29,12 @@ class OperatorState:
 
     def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
         key = (namespace, name)
+        known = self.controllers.get(key)
+        uid = (body.get("metadata") or {}).get("uid")
+        if known is not None and uid and getattr(known.store, "uid", uid) != uid:
+            # an Experiment of that name re-created: a fresh controller, never the old one's state
+            known.stop()
+            del self.controllers[key]
         if key not in self.controllers:
             self.controllers[key] = ExperimentController(
                 namespace=namespace, name=name, store=self._store_factory(namespace, name, body),
@@ -40,13 +50,42 @@ class OperatorState:
     def forget(self, namespace: str, name: str) -> None:
         self.controllers.pop((namespace, name), None)
 
-    async def delete(self, namespace: str, name: str) -> None:
-        """The Experiment is being deleted: end its trials on Ray (Trials go by GC)."""
-        controller = self.controllers.pop((namespace, name), None)
+    async def delete(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """The Experiment is being deleted: end its trials on Ray (Trials go by GC).
+
+        Raises ``CleanupPending`` while that does not hold (Ray unreachable, actors still
+        alive): kopf retries and the finalizer stays. Works the same when no controller
+        runs here (deleted while the operator was down): the spec names the cluster."""
+        key = (namespace, name)
+        controller = self.controllers.get(key)
         if controller is not None:
-            await controller.shutdown(stop_trials=True)
-            return
-        # no controller in this process (e.g. deleted while the operator was down)
-        for handle in self.registry.handles():
-            if handle.executor is not None:
-                await asyncio.to_thread(handle.executor.stop_all, f"{namespace}/{name}/")
+            controller.stop()
+        cluster = self._cluster_of(body)
+        if cluster is not None:
+            prefix = f"{namespace}/{name}/"
+            if not await cluster.ensure_connected():
+                raise CleanupPending(f"cannot stop the trials of {prefix[:-1]}: {cluster.last_error}")
+            # every actor and placement group under the experiment, pooled workers included
+            await asyncio.to_thread(cluster.executor.stop_all, prefix)
+            try:
+                left = await asyncio.to_thread(cluster.executor.remaining, prefix)
+            except Exception as error:  # noqa: BLE001 - Ray could not tell: try again
+                cluster.mark_unavailable(error)
+                raise CleanupPending(f"cannot list the actors of {prefix[:-1]}: {error}") from error
+            if left:
+                raise CleanupPending(f"{left} Ray actors of {prefix[:-1]} are still alive")
+        if controller is not None:
+            await controller.release_resources()
+        self.controllers.pop(key, None)
+
+    def _cluster_of(self, body: Mapping[str, Any]) -> ClusterHandle | None:
+        """The Ray cluster an Experiment's trials ran on; None when they ran on none
+        (pod trials, which the garbage collector removes with their Trials; an address
+        this operator refuses, so nothing ran)."""
+        spec = body.get("spec") or {}
+        if spec.get("executor") == "pod":
+            return None
+        try:
+            return self.registry.get(self.registry.resolve((spec.get("ray") or {}).get("address")))
+        except RayUnavailable:
+            return None

@@ -138,12 +138,20 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         if any(c["type"] == "Suspended" for c in conditions):
             conditions = set_condition(conditions, "Suspended", False, "Resumed", "",
                                        now=now, generation=generation)
+    if finished is None:
+        # the run goes on (maxTrials raised, a fixed spec): conditions describe this
+        # generation, so an earlier outcome is withdrawn (kubectl wait must not return)
+        for type_ in ("Succeeded", "Failed"):
+            if any(c["type"] == type_ and c["status"] == "True" for c in conditions):
+                conditions = set_condition(conditions, type_, False, "Resumed", "", now=now, generation=generation)
     queued = counts["queued"] > 0 and finished is None
     if queued or any(c["type"] == "Queued" for c in conditions):
         conditions = set_condition(conditions, "Queued", queued, "TrialsQueued" if queued else "NoneQueued",
                                    summary.queue_reason if queued else "", now=now, generation=generation)
     for type_, value, reason, text in extra_conditions:
         conditions = set_condition(conditions, type_, value, reason, text, now=now, generation=generation)
+    if generation is not None:   # each one was judged again for this generation
+        conditions = [{**c, "observedGeneration": generation} for c in conditions]
 
     status: dict[str, Any] = {
         "phase": phase,

@@ -521,9 +521,7 @@ class TrialRunner:
             search_space=old.search_space, search=old.search, scheduler=old.scheduler, budget=budget)
         self.spec_rejection = "; ".join(problems)
         self._bundles = trial_bundles(self.spec.trial.resources)
-        if (self.finished and self.finished.reason == "MaxTrialsReached"
-                and self.max_trials > self._created):
-            self.finished = None        # more trials asked for: the experiment continues (as Katib)
+        self._reopen_if_allowed()
         decisions: list[Decision] = []
         if self.spec.suspend and not old.suspend:
             decisions += self._suspend(now)
@@ -550,7 +548,33 @@ class TrialRunner:
                 decisions.append(TrialPhaseChanged(trial.name, PENDING, trial.reason, trial.message))
         return decisions
 
+    def _reopen_if_allowed(self) -> None:
+        """After a spec change: a finished run goes on where the change lifts what ended it."""
+        finished, budget = self.finished, self.spec.budget
+        if finished is None:
+            return
+        if (finished.reason == "MaxTrialsReached" and self.max_trials > self._created   # as Katib
+                or finished.reason == "Infeasible"          # the next launch checks the resources again
+                or finished.reason == "MaxFailedTrialsReached"
+                and (budget.max_failed_trials is None or self._failed <= budget.max_failed_trials)):
+            self.finished = None
+
     # ------------------------------------------------------------------ restart
+
+    def restore_outcome(self, outcome: FinishExperiment, *, spec_changed: bool) -> None:
+        """The Experiment had finished before the restart: it stays finished, and starts
+        nothing, unless its spec changed since in a way that reopens it."""
+        self.finished = outcome
+        if spec_changed:
+            self._reopen_if_allowed()
+
+    def attach_ledger(self, ledger: ResourceLedger) -> None:
+        """Join the cluster's shared ledger after a ``restore`` done without one (in a
+        thread, off the loop that owns the ledger): running trials keep their resources."""
+        self.ledger = ledger
+        for trial in self._active.values():
+            if trial.phase is RUNNING:
+                ledger.adopt(self.owner(trial.name), self._bundles)
 
     def restore(self, records: Iterable[TrialRecord]) -> None:
         """Rebuild from the persisted Trials after an operator restart, before any step.

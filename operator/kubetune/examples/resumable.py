@@ -15,7 +15,8 @@ exploit), so a history depends only on the parameters and, under PBT, the lineag
 Config (all optional): ``lr`` (0.1), ``v0`` (10), ``iterations`` (20), ``interval``
 (seconds before each report, 0.05), ``checkpoint_every`` (1), ``fail_at`` (raise
 ``RuntimeError`` right after reporting that iteration) on the attempts in
-``fail_attempts`` (default ``[0]``; ``"all"``: every attempt), ``hold_at`` and ``gate``
+``fail_attempts`` (default ``[0]``; ``"all"``: every attempt) of the trials whose
+``lr`` is ``fail_lr`` (default: every trial), ``hold_at`` and ``gate``
 (after iteration ``hold_at``, wait until the file ``gate`` exists or a stop or pause
 is asked for).
 """
@@ -51,6 +52,8 @@ def train(config: dict) -> None:
     every = int(config.get("checkpoint_every", 1))
     fail_at = config.get("fail_at")
     fail_attempts = config.get("fail_attempts", [0])
+    if config.get("fail_lr") is not None and float(config["fail_lr"]) != lr:
+        fail_at = None
     hold_at = config.get("hold_at")
     context = get_context()
     i, v = 0, float(config.get("v0", 10.0))

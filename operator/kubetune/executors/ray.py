@@ -68,7 +68,7 @@ class RayExecutor:
                  num_cpus: float | None = None, num_gpus: float | None = None,
                  auth_token: str | None = None, reuse_actors: bool = True,
                  idle_ttl_s: float = 20.0, orphan_timeout_s: float = 600.0,
-                 rpc_timeout_s: float = 10.0, log_to_driver: bool = False):
+                 rpc_timeout_s: float = 10.0, log_to_driver: bool = False, lease_timeout_s: float = 0.0):
         self.address = address
         self.namespace = namespace
         self.num_cpus = num_cpus
@@ -76,6 +76,7 @@ class RayExecutor:
         self.reuse_actors = reuse_actors
         self.idle_ttl_s = idle_ttl_s              # idle pooled workers killed after this
         self.orphan_timeout_s = orphan_timeout_s  # a finished trial nobody fetches, then exit
+        self.lease_timeout_s = lease_timeout_s    # a running trial nobody calls, then stop and exit (0: never)
         self.rpc_timeout_s = rpc_timeout_s
         self._auth_token = auth_token
         self._log_to_driver = log_to_driver
@@ -89,7 +90,8 @@ class RayExecutor:
         self._slots: dict[str, Slot] = {}
         self._pool = WorkerPool(self._lock, address=self.address, namespace=self.namespace,
                                 reuse_actors=self.reuse_actors, idle_ttl_s=self.idle_ttl_s,
-                                orphan_timeout_s=self.orphan_timeout_s, rpc_timeout_s=self.rpc_timeout_s)
+                                orphan_timeout_s=self.orphan_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
+                                lease_timeout_s=self.lease_timeout_s)
         self._discovery = ActorDiscovery(self._lock, self._slots, self._pool, namespace=self.namespace,
                                          rpc_timeout_s=self.rpc_timeout_s)
         self._node_types: tuple[float, list[Resources] | None] | None = None   # (read at, shapes) of this connection
@@ -332,6 +334,11 @@ class RayExecutor:
         except Exception:  # noqa: BLE001
             log.exception("stopping all trials under %s", prefix)
             return 0
+
+    def remaining(self, prefix: str) -> int:
+        """How many actors under ``prefix`` are still alive (raises if Ray cannot tell)."""
+        self._ensure_connected()
+        return len(self._discovery.actor_names(prefix))
 
     # ---------------------------------------------------------------- resources, logs
 

@@ -15,11 +15,11 @@ from kubetune.trainable.host import TrialHost
 
 class RayTrialHost(TrialHost):
     def __init__(self, name: str, pool_key: str, shape: dict, launch: dict | None,
-                 idle_timeout_s: float, orphan_timeout_s: float):
+                 idle_timeout_s: float, orphan_timeout_s: float, lease_timeout_s: float = 0.0):
         context = ray.get_runtime_context()
         super().__init__(name, pool_key, info={"node_id": context.get_node_id(), "shape": shape},
                          idle_timeout_s=idle_timeout_s, orphan_timeout_s=orphan_timeout_s,
-                         on_idle=self._exit)
+                         on_idle=self._exit, lease_timeout_s=lease_timeout_s)
         if launch is not None:     # creation and first assignment in one step: no orphan window
             self.assign(launch)
 

@@ -57,13 +57,15 @@ class WorkerPool:
     """Creates trial actors and keeps the idle pooled ones.  ``lock`` is the executor's."""
 
     def __init__(self, lock: threading.RLock, *, address: str, namespace: str, reuse_actors: bool,
-                 idle_ttl_s: float, orphan_timeout_s: float, rpc_timeout_s: float):
+                 idle_ttl_s: float, orphan_timeout_s: float, rpc_timeout_s: float,
+                 lease_timeout_s: float = 0.0):
         self._lock = lock
         self.address = address
         self.namespace = namespace
         self.reuse_actors = reuse_actors
         self.idle_ttl_s = idle_ttl_s
         self.orphan_timeout_s = orphan_timeout_s
+        self.lease_timeout_s = lease_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._idle: dict[str, list[Worker]] = {}
 
@@ -142,7 +144,7 @@ class WorkerPool:
                       "custom": dict(shape.custom), "bundles": shape.bundles, "pg": pg_name}
         handle = _HostActor.options(**options).remote(
             name, pool_key, shape_info, launch, idle_timeout_s=3 * self.idle_ttl_s,
-            orphan_timeout_s=self.orphan_timeout_s)
+            orphan_timeout_s=self.orphan_timeout_s, lease_timeout_s=self.lease_timeout_s)
         return Worker(name, handle, shape, pool_key, placement_group=pg_name)
 
     def _free_name(self, name: str) -> None:

@@ -14,17 +14,38 @@ from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VE
 log = logging.getLogger(__name__)
 
 
+# a Trial left by an earlier Experiment of the same name is waiting for the garbage
+# collector; the new Experiment deletes it itself, and retries its create this often
+STALE_TRIAL_ATTEMPTS = 120
+STALE_TRIAL_WAIT_SECONDS = 0.5
+
+
+class StaleTrial(Exception):
+    """A Trial of the same name, owned by an earlier Experiment, is still being deleted."""
+
+
+def owned_by(body: Mapping[str, Any], uid: str | None) -> bool:
+    """Whether ``body`` belongs to the Experiment with ``uid`` (None: any owner)."""
+    if uid is None:
+        return True
+    return any(ref.get("uid") == uid for ref in (body.get("metadata") or {}).get("ownerReferences") or ())
+
+
 class KubeStore:
     def __init__(self, namespace: str, experiment: str,
-                 post_event: Callable[[str, str, str], None] | None = None) -> None:
+                 post_event: Callable[[str, str, str], None] | None = None, *, uid: str | None = None) -> None:
         self.namespace = namespace
         self.experiment = experiment
+        # Trials are matched by their owner's UID, not only by label: after a delete and a
+        # re-create of the same name (kubectl replace --force, an Argo CD Replace) the old
+        # Experiment's Trials linger until the garbage collector removes them
+        self.uid = uid
         self._api = custom_objects()
         self._post_event = post_event
         self.writes = 0
 
     async def list_trials(self) -> list[dict[str, Any]]:
-        return await self.list_trials_of(self.experiment)
+        return [item for item in await self.list_trials_of(self.experiment) if owned_by(item, self.uid)]
 
     async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
         listing = await asyncio.to_thread(
@@ -33,18 +54,56 @@ class KubeStore:
         return listing["items"]
 
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        metrics.api_write("trials", "create")
+        name = body["metadata"]["name"]
+        waited = False
+        for _ in range(STALE_TRIAL_ATTEMPTS):
+            self.writes += 1
+            metrics.api_write("trials", "create")
+            try:
+                return await asyncio.to_thread(
+                    self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, body)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            existing = await self._get_trial(name)
+            if existing is None:
+                continue    # gone meanwhile: create again
+            if owned_by(existing, self.uid):
+                # created by an earlier attempt (retry or restart): the deterministic name makes it ours
+                return existing
+            if not waited:
+                waited = True
+                await self.event("Normal", "WaitingForEarlierTrial",
+                                 f"{name}: a Trial of that name left by an earlier Experiment {self.experiment} "
+                                 "is being deleted; the new one is created after it")
+            await self._delete_stale(existing)
+            await asyncio.sleep(STALE_TRIAL_WAIT_SECONDS)
+        raise StaleTrial(f"Trial {self.namespace}/{name} of an earlier Experiment {self.experiment} "
+                         "is still being deleted")
+
+    async def _get_trial(self, name: str) -> dict[str, Any] | None:
         try:
             return await asyncio.to_thread(
-                self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, body)
+                self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, name)
         except ApiException as error:
-            if error.status != 409:
+            if error.status == 404:
+                return None
+            raise
+
+    async def _delete_stale(self, trial: Mapping[str, Any]) -> None:
+        """Delete a Trial whose owner is an earlier Experiment (the garbage collector would,
+        later); the UID precondition leaves a Trial re-created meanwhile alone."""
+        meta = trial["metadata"]
+        log.info("%s/%s: deleting Trial %s of an earlier Experiment of that name",
+                 self.namespace, self.experiment, meta["name"])
+        metrics.api_write("trials", "delete")
+        try:
+            await asyncio.to_thread(
+                self._api.delete_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, meta["name"],
+                body={"preconditions": {"uid": meta["uid"]}, "propagationPolicy": "Background"})
+        except ApiException as error:
+            if error.status not in (404, 409):
                 raise
-            # created by an earlier attempt (retry or restart): the deterministic name makes it ours
-            return await asyncio.to_thread(
-                self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS,
-                body["metadata"]["name"])
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.writes += 1
@@ -63,10 +122,15 @@ class KubeStore:
         try:
             await asyncio.to_thread(
                 self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
-                EXPERIMENTS, self.experiment, {"status": dict(status)})
+                EXPERIMENTS, self.experiment, {**self._precondition(), "status": dict(status)})
         except ApiException as error:
-            if error.status != 404:
+            # 404: deleted; 409/422: the UID differs, an Experiment of that name re-created
+            # under a controller of the old one, which must not write the new one's status
+            if error.status not in (404, 409, 422):
                 raise
+
+    def _precondition(self) -> dict[str, Any]:
+        return {"metadata": {"uid": self.uid}} if self.uid else {}
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._post_event is not None:

@@ -13,7 +13,10 @@ trial anyway (api.py scopes sessions), but it may hold memory, a GPU or a port.
 
 A host nobody talks to ends itself (``on_idle``): after ``idle_timeout_s`` with no
 trial, or ``orphan_timeout_s`` holding a finished trial nobody fetched (its
-operator is gone for good).  A running trial is never ended this way.
+operator is gone for good).  A running trial is ended only by its lease: with
+``lease_timeout_s``, when its controller has not called for that long (the operator
+and its Experiment are gone, e.g. deleted while no operator ran), the trial stops and
+the host ends, so a detached actor never keeps its GPUs forever.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ STRAY_GRACE_S = 1.0
 class TrialHost:
     def __init__(self, name: str, pool_key: str = "", *, info: dict | None = None,
                  idle_timeout_s: float = 60.0, orphan_timeout_s: float = 600.0,
-                 capture_output: bool = True, on_idle: Callable[[], None] | None = None):
+                 capture_output: bool = True, on_idle: Callable[[], None] | None = None,
+                 lease_timeout_s: float = 0.0):
         self.name = name
         self.pool_key = pool_key
         self._info = dict(info or {})
@@ -42,6 +46,8 @@ class TrialHost:
         self._released = True
         self._lock = threading.Lock()
         self._last_call = time.monotonic()
+        self._fetching = 0      # long polls in progress: the controller is there
+        self._lease_timeout_s = lease_timeout_s
         self._hosted = 0
         if capture_output:
             # A worker process of its own: prints of a thread without a trial go to the current one.
@@ -87,8 +93,12 @@ class TrialHost:
         runner = self._runner_for(trial_key)
         if runner is None:
             return {"trial_key": trial_key, "state": UNKNOWN, "results": [], "error": ""}
-        batch = runner.fetch(after_seq, limit, wait_s)
-        self._touch()
+        self._fetching += 1
+        try:
+            batch = runner.fetch(after_seq, limit, wait_s)
+        finally:
+            self._fetching -= 1
+            self._touch()
         return batch
 
     def stop(self, trial_key: str, timeout_s: float = 5.0, after_seq: int | None = None,
@@ -161,13 +171,24 @@ class TrialHost:
     def _touch(self) -> None:
         self._last_call = time.monotonic()
 
+    def _lease_expired(self) -> bool:
+        """No call from the controller (none in progress) for ``lease_timeout_s``."""
+        return (self._lease_timeout_s > 0 and not self._fetching
+                and time.monotonic() - self._last_call > self._lease_timeout_s)
+
     def _watch_idle(self, on_idle: Callable[[], None]) -> None:
         tick = threading.Event()
         while not tick.wait(min(1.0, self._idle_timeout_s / 4)):
             with self._lock:
                 runner = self._runner
                 if runner is not None and runner.state == RUNNING:
-                    continue
+                    if not self._lease_expired():
+                        continue
+                    # its controller is gone: end the trial (its checkpoints stay) and the host
+                    runner.request_stop()
+                    runner.join(5.0)
+                    on_idle()
+                    return
                 holding = runner is not None and not self._released
                 limit = self._orphan_timeout_s if holding else self._idle_timeout_s
                 idle_for = time.monotonic() - self._last_call

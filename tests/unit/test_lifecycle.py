@@ -1,0 +1,137 @@
+"""Lifecycle rules without a cluster (issue 15). The integration tests (test_lifecycle,
+test_deletion) show each through the operator; these pin down the rules, and the one
+case a local Ray head cannot stage: Ray unreachable while the trials still run (when a
+single-node head is down, its actors are too), so the retry is shown here."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from kubetune.controller.clusters import ClusterRegistry, RayAddressRefused
+from kubetune.controller.merge_patch import merge_patch
+from kubetune.controller.operator_state import CleanupPending, OperatorState
+from kubetune.controller.restore import finished_and_unchanged, outcome
+from kubetune.core.simulate import Simulator
+from kubetune.core.types import CreateTrial, FinishExperiment
+from kubetune.trainable.host import TrialHost
+from unit_helpers import make_runner, make_spec, quadratic, records_of
+
+
+def test_merge_patch_nulls_what_the_new_status_no_longer_has():
+    before = {"phase": "Succeeded", "completionTime": "t", "bestTrial": {"name": "a", "iteration": 3},
+              "gone": None}
+    after = {"phase": "Running", "bestTrial": {"name": "a"}}
+    assert merge_patch(before, after) == {"phase": "Running", "completionTime": None,
+                                          "bestTrial": {"name": "a", "iteration": None}}
+
+
+def succeeded(reason: str, generation: int) -> dict:
+    return {"phase": "Succeeded", "observedGeneration": generation,
+            "conditions": [{"type": "Succeeded", "status": "True", "reason": reason, "message": "m"}]}
+
+
+def test_a_finished_status_is_read_back_as_the_runs_outcome():
+    assert outcome(succeeded("GoalReached", 1)) == FinishExperiment("Succeeded", "GoalReached", "m")
+    assert finished_and_unchanged(succeeded("GoalReached", 1), 1)
+    assert not finished_and_unchanged(succeeded("GoalReached", 1), 2)      # the spec changed since
+    invalid = {"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": "InvalidSpec"}]}
+    assert outcome(invalid) is None          # the controller's refusal, not how a run ended
+    assert outcome({"phase": "Running", "conditions": []}) is None
+
+
+@pytest.mark.parametrize("reason, spec_changed, max_trials, reopens", [
+    ("GoalReached", False, 4, False), ("GoalReached", True, 8, False),
+    ("MaxTrialsReached", False, 8, False), ("MaxTrialsReached", True, 2, False),
+    ("MaxTrialsReached", True, 4, True), ("Infeasible", False, 4, False), ("Infeasible", True, 4, True),
+])
+def test_a_restored_finished_run_starts_nothing_unless_its_spec_reopens_it(reason, spec_changed, max_trials,
+                                                                           reopens):
+    first = make_runner(make_spec(scheduler={"maxIterations": 3}, budget={"maxTrials": 2, "parallelism": 1}))
+    Simulator(first, quadratic).run()
+    runner = make_runner(make_spec(scheduler={"maxIterations": 3}, budget={"maxTrials": max_trials, "parallelism": 1}))
+    runner.restore(records_of(first))
+    runner.restore_outcome(FinishExperiment("Succeeded", reason, ""), spec_changed=spec_changed)
+    created = [d for d in runner.step(100.0) if isinstance(d, CreateTrial)]
+    assert bool(created) is reopens and (runner.finished is None) is reopens
+
+
+def test_registry_serves_the_operators_address_only():
+    registry = ClusterRegistry("ray://head:10001", lambda address: object(), allow_local=False)
+    with pytest.raises(RayAddressRefused, match="needs an operator of its own"):
+        registry.get("ray://typo:10001")
+    assert registry.get("ray://head:10001") is registry.get(registry.resolve(None))   # the typo took nothing
+    with pytest.raises(RayAddressRefused, match="--allow-local-ray"):
+        ClusterRegistry("local", lambda address: object(), allow_local=False).get("local")
+    assert ClusterRegistry("local", lambda address: object()).get("local").address == "local"
+
+
+class FlakyRay:
+    """A Ray cluster that is unreachable for a while, then kills actors one call late."""
+
+    def __init__(self, unreachable: int) -> None:
+        self.unreachable = unreachable
+        self.alive = {"ns/e/e-0", "ns/e/e-1"}
+        self.calls = 0
+
+    def connect(self) -> None:
+        if self.unreachable:
+            self.unreachable -= 1
+            raise ConnectionError("no route to head")
+
+    def cluster_resources(self):
+        return SimpleNamespace(total={"CPU": 4.0}, nodes=[])
+
+    def request_resources(self, bundles) -> None:
+        pass
+
+    def stop_all(self, prefix: str) -> int:
+        self.calls += 1
+        if self.calls > 1:          # the first kill is lost on the way
+            self.alive = {key for key in self.alive if not key.startswith(prefix)}
+        return 2
+
+    def remaining(self, prefix: str) -> int:
+        return sum(key.startswith(prefix) for key in self.alive)
+
+
+def test_deletion_is_retried_until_the_trials_are_gone():
+    ray = FlakyRay(unreachable=1)
+    registry = ClusterRegistry("ray://head:10001", lambda address: ray)
+    state = OperatorState(registry, store_factory=lambda *_: None, checkpoint_storage="")
+    body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {}}
+
+    async def attempts() -> list[str]:
+        outcomes = []
+        handle = registry.get("ray://head:10001")
+        for _ in range(5):
+            handle._next_attempt = 0.0          # kopf's retry delay has passed
+            try:
+                await state.delete("ns", "e", body)
+            except CleanupPending as error:
+                outcomes.append(str(error))
+                continue
+            outcomes.append("done")
+            break
+        return outcomes
+
+    outcomes = asyncio.run(attempts())
+    assert outcomes[-1] == "done" and len(outcomes) == 3, outcomes
+    assert "no route to head" in outcomes[0] and "2 Ray actors of ns/e are still alive" in outcomes[1]
+    assert ray.alive == set()
+
+
+def test_a_running_trial_nobody_calls_ends_with_its_lease():
+    ended = threading.Event()
+    host = TrialHost("w", capture_output=False, idle_timeout_s=0.05, on_idle=ended.set, lease_timeout_s=0.3)
+    host.assign({"trial_key": "ns/e/a", "entrypoint": "kubetune.examples.sleepy:train", "config": {"interval": 0.01},
+                 "checkpoint": None, "start_iteration": 0, "start_seq": 0, "attempt": 0, "storage": "",
+                 "keep_last": 2})
+    for _ in range(10):          # its controller keeps calling: it runs on past the lease
+        host.fetch("ns/e/a", 0)
+        assert not ended.wait(0.1)
+    assert host.describe()["state"] == "running"
+    assert ended.wait(5.0)       # nobody calls any more
+    assert host.describe()["state"] != "running"
