@@ -80,12 +80,12 @@ def assert_as_if_nothing_happened(api, namespace: str, name: str, ray_address: s
         assert steps == list(range(1, len(steps) + 1)), trial["metadata"]["name"]     # no gap, no duplicate
         assert column(trial, "loss") == pytest.approx(expected_losses(lr, len(steps)), rel=1e-12)
         if lr == FAIL_LR:
-            # failed after iteration 4 and resumed from its checkpoint there, in a new process
+            # failed after iteration 4 and resumed from its checkpoint there: attempt 1 goes
+            # on at 5 with the loss the checkpointed state leads to (from scratch it would
+            # report iteration 1 again)
             assert status["phase"] == "Succeeded" and steps[-1] == ITERATIONS
             assert column(trial, "attempt") == [0] * FAIL_AT + [1] * (ITERATIONS - FAIL_AT)
             assert [(f["attempt"], f["reason"]) for f in status["failures"]] == [(0, "Error")]
-            pids = column(trial, "pid")
-            assert len(set(pids[:FAIL_AT])) == 1 and not set(pids[:FAIL_AT]) & set(pids[FAIL_AT:])
         else:
             # no kill restarted a trial: one attempt, one process
             assert status["phase"] in ("Succeeded", "Stopped") and not status.get("failures"), status.get("failures")

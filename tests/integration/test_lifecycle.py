@@ -106,7 +106,10 @@ def test_conditions_describe_the_current_generation(operator, experiments_api, n
     create(experiments_api, namespace, experiment("fixme", search={"algorithm": "grid"},
                                                   budget={"maxTrials": 1}, trial=QUICK))
     wait_condition(experiments_api, namespace, "fixme", "Failed", timeout=30, operator=operator)
-    patch_spec(experiments_api, namespace, "fixme", {"search": {"algorithm": "random"}})
+    patch_spec(experiments_api, namespace, "fixme", {"search": {"algorithm": "random"},
+                                                     "trial": {"config": {"iterations": 30, "delay": 0.1}}})
+    running = wait_condition(experiments_api, namespace, "fixme", "Running", timeout=60, operator=operator)
+    assert running["status"]["phase"] == "Running" and not condition_met(running, "Failed")
     done = wait_condition(experiments_api, namespace, "fixme", "Succeeded", timeout=60, operator=operator)
     assert condition(done, "Failed")["status"] == "False"
     assert done["status"]["observedGeneration"] == done["metadata"]["generation"] == 2
