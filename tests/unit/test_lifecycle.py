@@ -135,3 +135,33 @@ def test_a_running_trial_nobody_calls_ends_with_its_lease():
     assert host.describe()["state"] == "running"
     assert ended.wait(5.0)       # nobody calls any more
     assert host.describe()["state"] != "running"
+
+
+@pytest.mark.parametrize("scheduler", [{"type": "asha", "maxIterations": 2000, "gracePeriod": 2},
+                                       {"type": "hyperband", "maxIterations": 2000}])
+def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_same_state(scheduler):
+    import time
+
+    from kubetune.core.schedulers.base import PrunerScheduler
+
+    spec = make_spec(scheduler=scheduler, budget={"maxTrials": 6, "parallelism": 6})
+    first = make_runner(spec)
+    Simulator(first, quadratic).run()
+    records = records_of(first)
+    assert sum(len(r.history) for r in records) > 2000
+
+    def restored(every_step: bool):
+        runner = make_runner(spec)
+        if every_step:     # the old replay: each step, with a copy of all before it
+            runner.scheduler.replay_step = lambda previous, step: PrunerScheduler.replay_step(
+                runner.scheduler, previous, step)
+        started = time.perf_counter()
+        runner.restore(records)
+        return runner.scheduler, time.perf_counter() - started
+
+    fast, fast_s = restored(False)
+    full, full_s = restored(True)
+    assert fast._rung_values == full._rung_values
+    assert {k: [e.system_attrs for e in v] for k, v in fast._reached.items()} == \
+        {k: [e.system_attrs for e in v] for k, v in full._reached.items()}
+    assert fast_s < full_s

@@ -62,6 +62,19 @@ class ASHAScheduler(PrunerScheduler):
         self._reached: dict[tuple[int, int], list[_RungEntry]] = {}
         self._rung_values: dict[tuple[int, int], list[float]] = {}
 
+    def replay_step(self, previous: int | None, step: int) -> bool:
+        """Successive halving acts only at the first step at or past a rung (gracePeriod x
+        reductionFactor^k, in every bracket): replay those, a few per trial."""
+        return self._rung_index(step) > (self._rung_index(previous) if previous is not None else -1)
+
+    def _rung_index(self, step: int) -> int:
+        """How many rung milestones lie at or below ``step``."""
+        grace, rf = self.spec.scheduler.grace_period, self.spec.scheduler.reduction_factor
+        index, milestone = 0, grace
+        while milestone <= step:
+            index, milestone = index + 1, milestone * rf
+        return index
+
     def bracket(self, frozen: optuna.trial.FrozenTrial) -> int:
         """The successive-halving bracket the trial competes in (its early-stopping rate)."""
         return 0
