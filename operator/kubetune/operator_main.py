@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 
+from kubetune.core.leadership import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
 from kubetune.settings import OperatorSettings, configure, env_fallback
 
 
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run as one of several replicas: only the holder of a coordination.k8s.io Lease "
                              "drives Experiments; the others wait to take over")
     parser.add_argument("--lease-name", default="kubetune-operator", help="the Lease's name")
+    parser.add_argument("--lease-duration-seconds", type=float, default=LEASE_DURATION_S,
+                        help="how long a standby waits after the leader's last renewal before it takes over "
+                             "(the leader stops when it could not renew for 5/8 of it)")
     parser.add_argument("--lease-namespace", default="",
                         help="the Lease's namespace (default: $POD_NAMESPACE, else the first --namespace, "
                              "else default)")
@@ -102,7 +106,10 @@ async def _lead(args: argparse.Namespace):
     load_config()
     namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE") or (args.namespace or ["default"])[0]
     identity = args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    elector = LeaderElector(namespace, args.lease_name, identity)
+    duration = args.lease_duration_seconds
+    elector = LeaderElector(namespace, args.lease_name, identity, lease_duration_s=duration,
+                            renew_deadline_s=duration * RENEW_DEADLINE_S / LEASE_DURATION_S,
+                            retry_period_s=duration * RETRY_PERIOD_S / LEASE_DURATION_S)
     health = None
     if args.liveness:
         url = urlparse(args.liveness)

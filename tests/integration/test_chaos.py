@@ -113,7 +113,9 @@ def test_operator_killed_fifteen_times_during_an_asha_run(operator, ray_local, e
 
 def test_leader_killed_fifteen_times_during_an_asha_run(kube_cluster, ray_local, experiments_api, namespace,
                                                          tmp_path):
-    replicas = {name: Replica(kube_cluster, ray_local, tmp_path, namespace, name).start() for name in ("a", "b")}
+    # a 4 s Lease (the chart's is 8 s: test_leader_election) keeps 15 failovers within CI's budget
+    replicas = {name: Replica(kube_cluster, ray_local, tmp_path, namespace, name,
+                              extra_args=("--lease-duration-seconds", "4")).start() for name in ("a", "b")}
     create(experiments_api, namespace, chaos_experiment("ha"))
 
     def kill_the_leader_and_restart_it() -> None:

@@ -120,7 +120,7 @@ class LeaderElector:
 
     def _write(self, record: LeaseRecord | None, *, holder: str) -> None:
         now = _now_micro()
-        spec = {"holderIdentity": holder, "leaseDurationSeconds": int(self.lease_duration_s),
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": max(1, round(self.lease_duration_s)),
                 "renewTime": now, "leaseTransitions": transitions_after(record, holder)}
         if record is None or record.holder != holder:
             spec["acquireTime"] = now
