@@ -119,6 +119,9 @@ def test_leader_killed_fifteen_times_during_an_asha_run(kube_cluster, ray_local,
     create(experiments_api, namespace, chaos_experiment("ha"))
 
     def kill_the_leader_and_restart_it() -> None:
+        for replica in replicas.values():    # one that exited (a lost Lease) comes back, as a kubelet does
+            if replica.process.poll() is not None:
+                replica.start()
         # whoever leads now (after a failover, once the standby took the Lease)
         leader = wait_for(lambda: (r := replicas.get(lease_holder(kube_cluster, namespace))) is not None
                           and r.status("/readyz") == 200 and r, timeout=60, interval=0.05,
@@ -136,4 +139,4 @@ def test_leader_killed_fifteen_times_during_an_asha_run(kube_cluster, ray_local,
     finally:
         for replica in replicas.values():
             replica.stop_and_report()
-    assert sum(r.starts for r in replicas.values()) == KILLS + 2
+    assert sum(r.starts for r in replicas.values()) >= KILLS + 2
