@@ -224,3 +224,37 @@ def test_pbt_explore_resamples_when_asked():
     scheduler = PBTScheduler(spec, searcher)
     values = {round(scheduler.explore({"x": 0.5})["x"], 6) for _ in range(20)}
     assert len(values) > 10 and not values & {0.4, 0.6}
+
+
+@pytest.mark.parametrize("high", [10**6, 2**31 - 1])
+def test_pbt_explores_a_huge_integer_range_in_constant_memory(high):
+    """A PBT ``seed: {randint: [0, 2147483647]}`` used to build the list of every value
+    (~80 GiB) on each resample and, as quniform, on each perturb and study start."""
+    import tracemalloc
+
+    spec = make_spec(searchSpace={"seed": {"randint": [0, high]}, "steps": {"quniform": [0, high, 1]},
+                                  "lr": {"quniform": [0.0, 1.0, 1e-6]}},
+                     scheduler={"type": "pbt", "perturbationInterval": 2, "resampleProbability": 0.5})
+    tracemalloc.start()
+    try:
+        searcher = Searcher(spec)
+        pbt = PBTScheduler(spec, searcher)
+        params = searcher.suggest("t0")
+        for _ in range(10):
+            params = pbt.explore(params)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak                     # the 10**6 grid alone was 38 MiB
+    assert 0 <= params["seed"] < high and isinstance(params["seed"], int)
+    assert 0 <= params["steps"] <= high and isinstance(params["steps"], int)
+    assert 0.0 <= params["lr"] <= 1.0
+
+
+def test_grid_arithmetic_matches_the_grid():
+    for param in (Param("quniform", low=0.1, high=1.0, q=0.3), Param("quniform", low=2, high=11, q=3),
+                  Param("randint", low=-3, high=4)):
+        values = param.grid_values()
+        assert [param.grid_value(i) for i in range(param.grid_size())] == values
+        for x in [-10, -0.2, 0.25, 0.4, 0.55, 3.2, 5, 6.5, 7, 99]:
+            assert param.nearest_grid_value(x) == min(values, key=lambda v: abs(v - x)), (param, x)

@@ -92,3 +92,27 @@ def test_kubetune_report_in_a_stdout_pod_prints_what_the_operator_reads_back(cap
         {"seq": 6, "iteration": 5, "attempt": 1, "metrics": {"loss": 0.25, "acc": 0.5}},
         {"seq": 7, "iteration": 6, "attempt": 1, "metrics": {"loss": 0.125}, "checkpoint": str(tmp_path)},
     ]
+
+
+def test_the_log_is_split_in_bounded_memory_whatever_a_line_holds():
+    import tracemalloc
+
+    from kubetune.executors.stdout_results import LogLines
+    lines, parser = LogLines(), ResultLines(1, 0, 0)
+    chunk = b"#" * 65536
+    parsed = [parser.feed(*line) for line in lines.feed(b'KUBETUNE_RESULT {"loss": 1}\nKUBETUNE_RESULT {"x": "')]
+    tracemalloc.start()
+    try:
+        for _ in range(256):               # 16 MiB without a newline, as a log stream delivers it
+            assert lines.feed(chunk) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_LINE_CHARS, peak        # the whole line held would be 16 MiB
+    tail = lines.feed(b'"}\nprogress ' + b"." * 70000 + b'\nKUBETUNE_RESULT {"loss": 2}\nlast')
+    parsed += [parser.feed(*line) for line in tail + lines.finish()]
+    assert [p.body["metrics"] for p in parsed if isinstance(p, ResultLine)] == [{"loss": 1}, {"loss": 2}]
+    overlong = [p for p in parsed if isinstance(p, MalformedLine)]
+    # the cut result line keeps its seq (numbering stays right) and says why it was skipped
+    assert [(p.seq, p.problem) for p in overlong] == [(2, f"longer than {MAX_LINE_CHARS} characters")]
+    assert [p.seq for p in parsed if isinstance(p, ResultLine)] == [1, 3]

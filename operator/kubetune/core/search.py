@@ -38,7 +38,7 @@ def to_distribution(param: Param) -> BaseDistribution:
         return IntDistribution(param.low, param.high - 1)      # Ray Tune's randint excludes high
     if param.kind == "quniform":
         # Optuna wants high reachable from low in whole steps; use the last step below high.
-        top = param.grid_values()[-1]
+        top = param.grid_value(param.grid_size() - 1)
         if param.is_integer:
             return IntDistribution(param.low, top, step=param.q)
         return FloatDistribution(param.low, top, step=param.q)
@@ -364,7 +364,8 @@ class Searcher:
         if param.kind == "loguniform":
             return math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
         if param.kind in ("quniform", "randint"):
-            return rng.choice(param.grid_values())
+            # the same draw as rng.choice(grid_values()), without building the grid
+            return param.grid_value(rng.randrange(param.grid_size()))
         return rng.choice(param.choices)
 
     # ------------------------------------------------------------------ restore

@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 
 from kubetune.executors import pod_spec
 from kubetune.executors.pod_ingest import ResultInbox
-from kubetune.executors.stdout_results import MalformedLine, ResultLine, ResultLines
+from kubetune.executors.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +163,13 @@ class PodLogFollower:
         with stream.lock:
             stream.response = response
             closed = stream.closed
-        parser = result_lines(pod)
-        pending = b""
+        parser, lines = result_lines(pod), LogLines()
         try:
             if closed:
                 return
             for chunk in response.stream(CHUNK_BYTES):
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    if self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace"))):
+                for line, overlong in lines.feed(chunk):
+                    if self._deliver(trial_key, pod, parser.feed(line, overlong)):
                         return
                 if stream.closed:
                     return
@@ -197,32 +195,44 @@ class PodLogFollower:
             stream.close()
             if stream.thread is not None:
                 stream.thread.join(timeout=5.0)
-        text, error = None, None
+        refused, error = None, None
         for attempt in range(FINAL_READ_TRIES):
             try:
-                text = self._core().read_namespaced_pod_log(
-                    meta["name"], meta["namespace"], container=pod["spec"]["containers"][0]["name"],
-                    _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, FINAL_READ_TIMEOUT_S)).data
+                refused = self._read_to_end(trial_key, pod)
                 break
             except Exception as caught:  # noqa: BLE001 - the kubelet may be briefly unreachable
-                error = caught
+                error = caught     # read again from the first line: the inbox drops what it has
                 time.sleep(0.5 * (attempt + 1))
         with self._lock:
             self._drained.add((trial_key, meta["uid"]))
-        if text is None:
+        if refused == 429:    # a full buffer: read it again once the operator took what it holds
+            with self._lock:
+                self._drained.discard((trial_key, meta["uid"]))
+        if refused is None:
             log.warning("cannot read the log of ended pod %s/%s: %s", meta["namespace"], meta["name"], error)
             self._warn(pod, "ResultsIncomplete",
                        f"{meta['name']}: the log could not be read after the container ended ({error}); "
                        "results printed since the last one recorded are missing", name_suffix="final")
-            return
-        parser = result_lines(pod)
-        for line in text.split(b"\n"):     # the last line may lack its newline: the program ended
-            refused = self._deliver(trial_key, pod, parser.feed(line.decode("utf-8", "replace")))
-            if refused == 429:    # a full buffer: read it again once the operator took what it holds
-                with self._lock:
-                    self._drained.discard((trial_key, meta["uid"]))
-            if refused:
-                return
+
+    def _read_to_end(self, trial_key: str, pod: Mapping[str, Any]) -> int:
+        """Deliver every line of an ended pod's log, streamed (not held whole); the refusal
+        status that stopped it, or 0."""
+        meta = pod["metadata"]
+        response = self._core().read_namespaced_pod_log(
+            meta["name"], meta["namespace"], container=pod["spec"]["containers"][0]["name"],
+            _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, FINAL_READ_TIMEOUT_S))
+        parser, lines = result_lines(pod), LogLines()
+        try:
+            for chunk in response.stream(CHUNK_BYTES):
+                for line, overlong in lines.feed(chunk):
+                    if refused := self._deliver(trial_key, pod, parser.feed(line, overlong)):
+                        return refused
+            for line, overlong in lines.finish():   # the last line may lack its newline
+                if refused := self._deliver(trial_key, pod, parser.feed(line, overlong)):
+                    return refused
+            return 0
+        finally:
+            response.release_conn()
 
     # ---------------------------------------------------------------- delivery
 

@@ -15,6 +15,13 @@ that attempt's n-th result: seq ``KUBETUNE_FIRST_SEQ + n - 1``, the numbering
 kubetune's own trial-side session uses.  So reading a log again from its first line
 (after an operator restart, or a dropped stream) yields the same seqs, and the
 ingest's seq dedupe records each result once.
+
+A line longer than ``MAX_LINE_CHARS`` is never held whole: ``LogLines`` keeps its
+first ``MAX_LINE_CHARS`` bytes and marks it overlong; a result line cut so is
+malformed (it keeps its seq, reported as a Warning), any other is the program's own
+output and is skipped as before.  So a program that prints without newlines (a
+progress bar redrawn with ``\r``) costs the follower ``MAX_LINE_CHARS`` of memory,
+and each chunk is looked at once.
 """
 from __future__ import annotations
 
@@ -45,6 +52,45 @@ class MalformedLine:
     line: str
 
 
+class LogLines:
+    """Splits a log, chunk by chunk, into ``(line, overlong)`` pairs: linear time, and
+    at most ``max_line_bytes`` held of a line however long it grows."""
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_CHARS) -> None:
+        self._max = max_line_bytes
+        self._pieces: list[bytes] = []
+        self._size = 0
+        self._overlong = False
+
+    def feed(self, chunk: bytes) -> list[tuple[str, bool]]:
+        lines = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._keep(chunk[start:end])
+            lines.append(self._take())
+            start = end + 1
+        self._keep(chunk[start:])
+        return lines
+
+    def finish(self) -> list[tuple[str, bool]]:
+        """The last line, when the log does not end with a newline (the program ended)."""
+        return [self._take()] if self._pieces or self._overlong else []
+
+    def _keep(self, piece: bytes) -> None:
+        room = self._max - self._size
+        if len(piece) > room:
+            self._overlong = True
+            piece = piece[:room]
+        if piece:
+            self._pieces.append(piece)
+            self._size += len(piece)
+
+    def _take(self) -> tuple[str, bool]:
+        line = (b"".join(self._pieces).decode("utf-8", "replace"), self._overlong)
+        self._pieces, self._size, self._overlong = [], 0, False
+        return line
+
+
 class ResultLines:
     """Reads one attempt's log line by line, from its first line."""
 
@@ -53,8 +99,9 @@ class ResultLines:
         self._iteration = start_iteration
         self._attempt = attempt
 
-    def feed(self, line: str) -> ResultLine | MalformedLine | None:
-        """What one line of output is: a result, a malformed result line, or None (not ours)."""
+    def feed(self, line: str, overlong: bool = False) -> ResultLine | MalformedLine | None:
+        """What one line of output is: a result, a malformed result line, or None (not ours).
+        ``overlong``: the line was cut (LogLines), so it cannot be a result."""
         line = line.rstrip("\r\n")
         if not line.startswith(RESULT_PREFIX):
             return None
@@ -63,7 +110,7 @@ class ResultLines:
             return None           # e.g. KUBETUNE_RESULTS: another word
         seq = self._next_seq
         self._next_seq += 1
-        problem, fields = _fields(rest.strip(), len(line))
+        problem, fields = _fields(rest.strip(), MAX_LINE_CHARS + 1 if overlong else len(line))
         if problem:
             return MalformedLine(seq, problem, line[:200])
         iteration = fields.get("iteration", self._iteration + 1)

@@ -5,6 +5,7 @@ from the CR's camelCase dict and is the only place that validates.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -51,17 +52,12 @@ class Param:
         return self.kind == "quniform" and all(isinstance(v, int) for v in (self.low, self.high, self.q))
 
     def grid_values(self) -> list[Any] | None:
-        """Every value this parameter can take, or None when it is continuous."""
-        if self.kind == "choice":
-            return list(self.choices)
-        if self.kind == "randint":
-            return list(range(int(self.low), int(self.high)))
-        if self.kind == "quniform":
-            steps = int((self.high - self.low) / self.q + 1e-9)
-            values = [self.low + i * self.q for i in range(steps + 1)]
-            # Repeated float addition drifts (0.1 * 3 != 0.3); round to q's precision.
-            return values if self.is_integer else [round(v, 12) for v in values]
-        return None
+        """Every value this parameter can take, or None when it is continuous.  For grid
+        search only, whose size parse.py bounds: anything else uses ``grid_value`` and
+        ``nearest_grid_value``, in O(1) memory (a PBT ``randint: [0, 2147483647]`` as a
+        list is ~80 GiB)."""
+        size = self.grid_size()
+        return None if size is None else [self.grid_value(i) for i in range(size)]
 
     def grid_size(self) -> int | None:
         if self.kind == "choice":
@@ -71,6 +67,29 @@ class Param:
         if self.kind == "quniform":
             return int((self.high - self.low) / self.q + 1e-9) + 1
         return None
+
+    def grid_value(self, index: int) -> Any:
+        """The ``index``-th of ``grid_values()``, computed: 0 <= index < grid_size()."""
+        if self.kind == "choice":
+            return self.choices[index]
+        if self.kind == "randint":
+            return int(self.low) + index
+        if self.kind == "quniform":
+            value = self.low + index * self.q
+            # Float steps drift (0.1 * 3 != 0.3); round to q's precision.
+            return value if self.is_integer else round(value, 12)
+        raise ValueError(f"a {self.kind} parameter has no grid")
+
+    def nearest_grid_value(self, value: float) -> Any:
+        """The grid value closest to ``value`` (the lower one on a tie), within bounds."""
+        if self.kind == "randint":
+            steps, origin = 1, int(self.low)
+        elif self.kind == "quniform":
+            steps, origin = self.q, self.low
+        else:
+            raise ValueError(f"a {self.kind} parameter has no numeric grid")
+        index = math.ceil((value - origin) / steps - 0.5)
+        return self.grid_value(min(max(index, 0), self.grid_size() - 1))
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,7 @@ def perturb(param: Param, value: Any, rng: random.Random) -> Any:
             stepped = value + (1 if factor > 1 else -1)
         return min(max(stepped, param.low), param.high - 1)
     if param.kind == "quniform":
-        values = param.grid_values()
-        return min(values, key=lambda v: abs(v - moved))
+        return param.nearest_grid_value(moved)
     return min(max(moved, param.low), param.high)
 
 
