@@ -274,3 +274,38 @@ def test_ledger_owner_prefix_and_trial_name_lists():
     assert runner.active_trials() == ["exp-0", "exp-1"] and runner.running_trials() == ["exp-0"]
     runner.stop_all(1.0)
     assert runner.active_trials() == [] and ledger.used() == Resources() and not ledger.waiting_bundles()
+
+
+def test_a_run_longer_than_trial_timeout_fails_its_trial_without_retry_and_frees_its_slot():
+    spec = make_spec(budget={"maxTrials": 3, "parallelism": 1},
+                     trial={"resources": {"cpu": 1}, "timeout": "30s", "maxFailures": 5})
+    assert spec.trial.timeout_s == 30.0
+    ledger = cpu_ledger(1)
+    runner = make_runner(spec, ledger)
+    assert [d.name for d in of_type(runner.step(0.0), LaunchTrial)] == ["exp-0"]
+    runner.on_trial_result("exp-0", Result(seq=0, iteration=1, metrics={"loss": 0.5}, timestamp=1.0), 1.0)
+    assert of_type(runner.step(29.0), StopTrial) == []
+    decisions = runner.step(30.0)
+    (stop,) = of_type(decisions, StopTrial)
+    assert (stop.name, stop.phase, stop.reason) == ("exp-0", TrialPhase.FAILED, "TimedOut")
+    assert "ran for 30s, longer than spec.trial.timeout 30s; not retried" in stop.message
+    assert [d.name for d in of_type(decisions, LaunchTrial)] == ["exp-1"]   # its CPU went to the next
+    trial = runner.trials["exp-0"]
+    assert trial.attempt == 0 and trial.failure_log[-1]["reason"] == "TimedOut"
+    # each run has its own clock: exp-1 started at 30s
+    assert of_type(runner.step(59.0), StopTrial) == []
+    assert [s.name for s in of_type(runner.step(60.0), StopTrial)] == ["exp-1"]
+
+
+def test_the_run_clock_survives_an_operator_restart():
+    from kubetune.controller import render
+    spec = make_spec(budget={"maxTrials": 1}, trial={"timeout": "1m"})
+    runner = make_runner(spec)
+    runner.step(100.0)
+    trial = runner.trials["exp-0"]
+    persisted = {"metadata": {"name": trial.name}, "spec": {"index": trial.index, "parameters": trial.params},
+                 "status": render.trial_status(trial)}          # what the Trial resource holds
+    restarted = make_runner(spec)
+    restarted.restore([render.trial_record(persisted)])
+    assert of_type(restarted.step(159.0), StopTrial) == []
+    assert [s.reason for s in of_type(restarted.step(160.0), StopTrial)] == ["TimedOut"]

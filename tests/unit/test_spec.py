@@ -129,6 +129,8 @@ BAD = [
     ("trial.resources.custom", {"GPU": 1}, "spec.trial.resources.custom.GPU", "cpu, gpu and memory fields"),
     ("trial.maxFailures", -2, "spec.trial.maxFailures", ">= 0"),
     ("trial.queueTimeout", "soon", "spec.trial.queueTimeout", "duration"),
+    ("trial.timeout", "soon", "spec.trial.timeout", "duration"),
+    ("trial.timeout", "0s", "spec.trial.timeout", "positive"),
     ("trial.config", {"lr": 0.1}, "spec.trial.config.lr", "also in searchSpace"),
     ("trial.metricsCollector", "stdout", "spec.trial.metricsCollector", "set spec.executor: pod"),
     ("trial.metricsCollector", "stderr", "spec.trial.metricsCollector", "push, stdout"),

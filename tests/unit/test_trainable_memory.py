@@ -168,3 +168,12 @@ def wait_for(condition, timeout: float = 10.0) -> None:
             return
         time.sleep(0.01)
     pytest.fail("timed out")
+
+
+def test_an_error_with_a_huge_message_is_cut():
+    def train():
+        raise ValueError("x" * 10_000_000)
+
+    runner = finished(run(train))
+    assert runner.state == "failed" and len(runner.error) < 10_000
+    assert runner.error.startswith("ValueError: xxx") and "characters cut]" in runner.error

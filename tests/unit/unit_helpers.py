@@ -53,7 +53,8 @@ def records_of(runner: TrialRunner) -> list[TrialRecord]:
                         history=tuple(t.history), checkpoint=t.checkpoint, failures=t.failures,
                         reason=t.reason, message=t.message, parent=t.parent, attempt=t.attempt,
                         iteration=t.iteration, last_result_seq=t.last_seq,
-                        checkpoint_iteration=t.checkpoint_iteration, lineage=tuple(t.lineage))
+                        checkpoint_iteration=t.checkpoint_iteration, lineage=tuple(t.lineage),
+                        attempt_start=t.attempt_start)
             for t in runner.trials.values()]
 
 

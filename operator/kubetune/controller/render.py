@@ -71,6 +71,8 @@ def trial_status(trial: Any) -> dict[str, Any]:
         status["lineage"] = [dict(item) for item in trial.lineage]
     if trial.start_time is not None:
         status["startTime"] = rfc3339(trial.start_time)
+    if trial.attempt_start is not None:
+        status["attemptStartTime"] = rfc3339(trial.attempt_start)
     if trial.completion_time is not None:
         status["completionTime"] = rfc3339(trial.completion_time)
     return status
@@ -97,6 +99,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
+        attempt_start=parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") else None,
         latest_metrics=read_objective_values(status.get("objectiveValues")),
         failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
                           for f in status.get("failures") or ()),

@@ -190,8 +190,11 @@ class TrialRunner:
     def step(self, now: float) -> list[Decision]:
         """Finish checks, then create trials up to the budget, then launch what fits."""
         decisions = self._check_finished(now)
-        if self.finished or self.spec.suspend:
+        if self.finished:
             return decisions
+        decisions += self._check_run_timeouts(now)     # first: a slot it frees is used at once
+        if self.spec.suspend:
+            return decisions + self._check_finished(now)
         decisions += self._create_trials()
         decisions += self._launch_runnable(now)
         decisions += self._check_queue_timeouts(now)
@@ -260,6 +263,7 @@ class TrialRunner:
         if trial.launched:
             trial.attempt += 1
         trial.launched, trial.relaunch, trial.queued_since = True, False, None
+        trial.attempt_start = now
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
         trial.iteration = start_iteration
         if trial.history and trial.history[-1].get("iteration", 0) > start_iteration:
@@ -271,6 +275,27 @@ class TrialRunner:
         trial.reason = trial.message = ""
         return [LaunchTrial(trial.name, dict(trial.params), trial.checkpoint, start_iteration,
                             trial.attempt, trial.last_seq)]
+
+    def _check_run_timeouts(self, now: float) -> list[Decision]:
+        """``spec.trial.timeout``: a run (a launch: first run, retry, resumption) that lasts
+        longer is stopped and its trial ends Failed with reason TimedOut.  It is not retried:
+        maxFailures is for errors, and a run that hangs or is too slow would most likely do
+        the same again; it counts toward maxFailedTrials as any failed trial.  Time spent
+        Paused or Queued does not count."""
+        timeout = self.spec.trial.timeout_s
+        if timeout is None:
+            return []
+        decisions: list[Decision] = []
+        for trial in [t for t in self._active.values() if t.phase is RUNNING]:
+            if trial.attempt_start is None:      # restored from a Trial that did not record it
+                trial.attempt_start = now
+            if now - trial.attempt_start >= timeout:
+                message = (f"attempt {trial.attempt} ran for {_duration(now - trial.attempt_start)}, "
+                           f"longer than spec.trial.timeout {_duration(timeout)}; not retried")
+                trial.failure_log.append({"attempt": trial.attempt, "reason": "TimedOut",
+                                          "message": message, "time": now})
+                decisions += self._end(trial, FAILED, "TimedOut", message, now)
+        return decisions
 
     def _check_queue_timeouts(self, now: float) -> list[Decision]:
         timeout = self.spec.trial.queue_timeout_s
@@ -616,6 +641,7 @@ class TrialRunner:
             attempt=record.attempt, failures=record.failures, parent=record.parent,
             failure_log=[dict(entry) for entry in record.failure_log],
             lineage=[dict(entry) for entry in record.lineage],
+            attempt_start=record.attempt_start,
             last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
         trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)
         trial.relaunch = record.phase is PAUSED and not self.spec.suspend

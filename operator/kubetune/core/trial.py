@@ -36,6 +36,7 @@ class TrialInfo:
     relaunch: bool = False                     # Paused, and should run again when it can
     queued_since: float | None = None
     start_time: float | None = None
+    attempt_start: float | None = None         # when the current run was launched (trial.timeout)
     completion_time: float | None = None
 
     @property

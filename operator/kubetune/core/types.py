@@ -65,6 +65,7 @@ class TrialRecord:
     # each failure {attempt, reason, message, time (epoch seconds)}; ``failures`` counts
     # those that count against maxFailures
     failure_log: tuple[Mapping[str, Any], ...] = ()
+    attempt_start: float | None = None            # when the current run started (trial.timeout)
     # the latest value of each objective and constraint metric (TrialInfo.latest): kept
     # whole while the history may be downsampled
     latest_metrics: Mapping[str, float] | None = None

@@ -180,6 +180,8 @@ class TrialTemplate:
     resources: TrialResources = field(default_factory=TrialResources)
     max_failures: int = 0
     queue_timeout_s: float | None = None
+    # each run of the trial may last this long; then it ends Failed (TimedOut), not retried
+    timeout_s: float | None = None
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     template: Mapping[str, Any] | None = None   # executor pod: the PodTemplateSpec of one trial

@@ -320,7 +320,7 @@ def _resources(raw: Any) -> TrialResources:
 def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate:
     path = "spec.trial"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "runtimeEnv", "config",
+    _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "timeout", "runtimeEnv", "config",
                            "template", "metricsCollector"))
     entrypoint = _string(obj, "entrypoint", path)
     if entrypoint is None and executor == "ray":
@@ -338,6 +338,7 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
         entrypoint=entrypoint, resources=resources,
         max_failures=_int(obj, "maxFailures", path, 0, 0),
         queue_timeout_s=_duration(obj, "queueTimeout", path),
+        timeout_s=_duration(obj, "timeout", path),
         runtime_env=dict(_mapping(obj.get("runtimeEnv"), f"{path}.runtimeEnv")), config=config,
         template=_pod_template(obj.get("template"), executor, resources, [*space, *config]),
         metrics_collector=_metrics_collector(obj, executor),

@@ -48,6 +48,7 @@ from kubetune.trainable.output import LineBuffer
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 TERMINAL = (COMPLETED, FAILED, STOPPED)
 TRACEBACK_TAIL_CHARS = 4000
+ERROR_MESSAGE_CHARS = 2000
 # A long-polling fetch woken by a report lingers this long for more: a function that
 # ends right after its last report then delivers its ending in the same batch, which
 # saves the operator a round trip per trial (and batches fast reporters)
@@ -116,7 +117,10 @@ def format_error(exc: BaseException, skip_frames: int = 0) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     if len(text) > TRACEBACK_TAIL_CHARS:
         text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
-    return f"{type(exc).__name__}: {exc}\n{text}"
+    message = str(exc)
+    if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
+        message = message[:ERROR_MESSAGE_CHARS] + f" ... [{len(message) - ERROR_MESSAGE_CHARS} characters cut]"
+    return f"{type(exc).__name__}: {message}\n{text}"
 
 
 class FunctionRunner:
