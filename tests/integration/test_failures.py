@@ -50,3 +50,28 @@ def test_a_spec_change_still_wakes_the_controller(operator, experiments_api, kub
         status = get_experiment(experiments_api, namespace, "grows").get("status") or {}
         return (status.get("trialCounts") or {}).get("succeeded") == 2
     wait_for(second_trial_done, timeout=90, interval=0.5, message="the second trial after the spec change")
+
+
+# (entrypoint, Failed reason, words the Experiment's message and condition must contain)
+SYSTEMATIC = [
+    ("nope_missing.module:train", "SystematicFailure", "No module named 'nope_missing'"),
+    ("kubetune.examples.quadratic:no_such_function", "SystematicFailure", "no_such_function"),
+    ("kubetune.examples.misbehaving:NOT_CALLABLE", "SystematicFailure", "is not callable"),
+    ("kubetune.examples.misbehaving:exits", "SystematicFailure", "called sys.exit(0)"),
+    ("kubetune.examples.misbehaving:reports_text", "SystematicFailure",
+     "val_loss was reported as a str ('0.25'), not a number"),
+]
+
+
+@pytest.mark.parametrize("entrypoint,reason,words", SYSTEMATIC, ids=[s[0].split(":")[-1] for s in SYSTEMATIC])
+def test_a_systematic_trial_failure_fails_the_experiment_fast_naming_it(
+        operator, experiments_api, kubectl, namespace, entrypoint, reason, words):
+    body = experiment("broken", entrypoint=entrypoint, budget={"maxTrials": 20, "parallelism": 1})
+    kubectl_create(kubectl, namespace, body)
+    failed = wait_condition(experiments_api, namespace, "broken", "Failed", timeout=120, operator=operator)
+    found = condition(failed, "Failed")
+    assert found["reason"] == reason, found
+    assert words in found["message"] and words in failed["status"]["message"], found["message"]
+    assert "most often" in failed["status"]["message"]
+    # fast: the budget was 20 trials
+    assert failed["status"]["trialCounts"]["created"] <= 3, failed["status"]

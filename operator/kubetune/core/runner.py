@@ -14,6 +14,7 @@ import types
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
+from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, FailureTally, wrong_type
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
 from kubetune.core import pareto
@@ -68,6 +69,7 @@ class TrialRunner:
         self._created = 0
         self._failed = 0
         self._last_error: tuple[str, str] | None = None
+        self._failures = FailureTally()   # the Experiment's message names the most common failure
         self._best: _Best | None = None
         self._bundles = trial_bundles(spec.trial.resources)
         self.finished: FinishExperiment | None = None
@@ -137,9 +139,12 @@ class TrialRunner:
         elif phase is FAILED:
             self._failed += 1
             self._last_error = (trial.name, message or reason)
+            self._failures.failed(trial.name, message or reason)
             self.scheduler.on_trial_error(trial)
         else:
             self.scheduler.on_trial_remove(trial)
+        if phase is not FAILED:
+            self._failures.ended_otherwise()
         if phase is SUCCEEDED:
             self._judge_constraints(trial)
         self.searcher.complete(trial.name, trial.last_value, phase, metrics=trial.latest, params=trial.params)
@@ -320,30 +325,39 @@ class TrialRunner:
             return f"no trial reported {self.spec.objective.metric}"
         return f"best {self.spec.objective.metric} {best.value:.6g} ({best.trial}, iteration {best.iteration})"
 
+    def _with_failures(self, text: str) -> str:
+        summary = self._failures.summary(self._created)
+        return f"{text}; {summary}" if summary else text
+
     def _check_finished(self, now: float | None) -> list[Decision]:
         if self.finished:
             return []
+        systematic = self._failures.systematic(self.max_trials)
+        if systematic:   # the rest would fail the same way: stop spending the budget
+            return self._finish(now, "Failed", "SystematicFailure", self._with_failures(
+                f"stopped after {self._created} trials: {systematic}"))
         budget = self.spec.budget
         # An experiment that learned nothing, or whose every trial failed, did not succeed.
         learned = self._has_learned() and self._counts[FAILED] < self._created
         outcome = "Succeeded" if learned else "Failed"
         if budget.max_duration_s is not None and now is not None and now - self.start_time >= budget.max_duration_s:
             return self._finish(now, outcome, "MaxDurationReached",
-                                f"maxDuration {_duration(budget.max_duration_s)} reached after "
-                                f"{self._created} trials; {self._best_text()}")
+                                self._with_failures(f"maxDuration {_duration(budget.max_duration_s)} reached after "
+                                                    f"{self._created} trials; {self._best_text()}"))
         if budget.max_failed_trials is not None and self._failed > budget.max_failed_trials:
             name, error = self._last_error
             return self._finish(now, "Failed", "MaxFailedTrialsReached",
                                 f"{self._failed} trials failed (maxFailedTrials is {budget.max_failed_trials}); "
-                                f"last error: {name}: {error}")
+                                f"last error: {name}: {error}; {self._failures.most_often()}")
         if self._active:
             return []
         if self._created >= self.max_trials:
             return self._finish(now, outcome, "MaxTrialsReached",
-                                f"all {self._created} trials done; {self._best_text()}")
+                                self._with_failures(f"all {self._created} trials done; {self._best_text()}"))
         if self.searcher.exhausted:
             return self._finish(now, outcome, "SearchSpaceExhausted",
-                                f"all {self.searcher.grid_size} grid points tried; {self._best_text()}")
+                                self._with_failures(f"all {self.searcher.grid_size} grid points tried; "
+                                                    f"{self._best_text()}"))
         return []
 
     def _finish(self, now: float | None, phase: str, reason: str, message: str) -> list[Decision]:
@@ -451,8 +465,11 @@ class TrialRunner:
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
             return []
-        message = "" if trial.last_value is not None else \
-            f"the function returned without reporting {self.spec.objective.metric}"
+        metric = self.spec.objective.metric
+        wrong = wrong_type(trial.history, metric) if trial.last_value is None else ""
+        if wrong:   # it did report the objective, as something no search can compare
+            return self._end(trial, FAILED, OBJECTIVE_NOT_A_NUMBER, wrong, now) + self._check_finished(now)
+        message = "" if trial.last_value is not None else f"the function returned without reporting {metric}"
         return self._end(trial, SUCCEEDED, "Completed", message, now) + self._check_finished(now)
 
     def on_trial_paused(self, name: str, results: Iterable[Result]) -> None:
@@ -618,6 +635,9 @@ class TrialRunner:
             if trial.phase is FAILED:
                 self._failed += 1
                 self._last_error = (trial.name, trial.message or trial.reason)
+                self._failures.failed(trial.name, trial.message or trial.reason)
+            elif trial.phase.is_terminal:
+                self._failures.ended_otherwise()
             if trial.phase is RUNNING and self.ledger is not None:
                 self.ledger.adopt(self.owner(trial.name), self._bundles)
         self._created = records[-1].index + 1 if records else 0

@@ -78,6 +78,10 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
     except (ImportError, AttributeError) as exc:
         raise EntrypointError(
             f"cannot load entrypoint {entrypoint!r}: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:   # the module itself raised: every trial would
+        raise EntrypointError(                 # fail the same way (core/failures.py)
+            f"cannot load entrypoint {entrypoint!r}: importing {module_name} raised "
+            f"{type(exc).__name__}: {exc}") from exc
     if not callable(target):
         raise EntrypointError(f"entrypoint {entrypoint!r} is not callable")
     return target
@@ -117,6 +121,9 @@ def format_error(exc: BaseException, skip_frames: int = 0) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     if len(text) > TRACEBACK_TAIL_CHARS:
         text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
+    if isinstance(exc, SystemExit):   # sys.exit(0) is no success: the function must return
+        return (f"SystemExit: the function called sys.exit({exc.code!r}); a trial function returns "
+                f"when it is done (or raises), it must not exit the process\n{text}")
     message = str(exc)
     if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
         message = message[:ERROR_MESSAGE_CHARS] + f" ... [{len(message) - ERROR_MESSAGE_CHARS} characters cut]"

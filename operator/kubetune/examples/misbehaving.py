@@ -1,0 +1,23 @@
+"""Trial functions that get things wrong the way a new user's might: each must end with
+a message that names the mistake (README, troubleshooting).
+
+- ``exits``          reports ``val_loss`` 0.25, then calls ``sys.exit(0)``.
+- ``reports_text``   reports ``val_loss`` as the string ``"0.25"``.
+- ``NOT_CALLABLE``   an entrypoint that names a constant, not a function.
+"""
+from __future__ import annotations
+
+import sys
+
+import kubetune
+
+NOT_CALLABLE = 42
+
+
+def exits(config: dict) -> None:
+    kubetune.report({"val_loss": 0.25})
+    sys.exit(0)
+
+
+def reports_text(config: dict) -> None:
+    kubetune.report({"val_loss": "0.25"})
