@@ -75,3 +75,19 @@ def test_a_systematic_trial_failure_fails_the_experiment_fast_naming_it(
     assert "most often" in failed["status"]["message"]
     # fast: the budget was 20 trials
     assert failed["status"]["trialCounts"]["created"] <= 3, failed["status"]
+
+
+def test_pbt_whose_function_never_checkpoints_gets_a_warning(operator, experiments_api, kubectl, namespace):
+    body = experiment("pbt-no-ckpt", search_space={"x": {"uniform": [-3, 3]}, "y": {"uniform": [-3, 3]}},
+                      scheduler={"type": "pbt", "maxIterations": 12, "perturbationInterval": 2},
+                      budget={"maxTrials": 4, "parallelism": 4},
+                      trial={"config": {"iterations": 12, "delay": 0.5}})   # slow enough to interleave
+    kubectl_create(kubectl, namespace, body)
+    warned = wait_condition(experiments_api, namespace, "pbt-no-ckpt", "SchedulerWarning", timeout=120,
+                            operator=operator)
+    assert "no trial in the top" in condition(warned, "SchedulerWarning")["message"]
+
+    def warning_event():
+        events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        return [e for e in events if e.get("reason") == "SchedulerCannotAct" and e.get("type") == "Warning"]
+    wait_for(warning_event, timeout=30, message="a SchedulerCannotAct Warning Event")

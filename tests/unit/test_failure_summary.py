@@ -113,3 +113,57 @@ def test_an_objective_reported_as_text_fails_the_trial_naming_the_type():
     assert trial.phase.value == "Failed" and trial.reason == "ObjectiveNotANumber"
     assert "loss was reported as a str ('0.3'), not a number" in trial.message
     assert "most often ObjectiveNotANumber (1;" in runner.finished.message
+
+
+def test_a_placement_group_larger_than_the_cluster_fails_fast():
+    from unit_helpers import cpu_ledger
+    from kubetune.core.resources import Resources
+
+    ledger = cpu_ledger(2, nodes=2)
+    assert ledger.feasibility([Resources(cpu=1)] * 2) is None
+    problem = ledger.feasibility([Resources(cpu=1)] * 1000)
+    assert problem == ("needs 1000 bundles, 1000 CPU in all, placed together; the whole cluster (2 nodes) "
+                       "offers 2 CPU")
+    runner = make_runner(make_spec(trial={"resources": {"cpu": 1, "bundles": 1000}}), ledger=ledger)
+    runner.step(1.0)
+    assert (runner.finished.phase, runner.finished.reason) == ("Failed", "Infeasible")
+    assert "1000 bundles" in runner.finished.message
+
+
+def waiting_pod(reason: str, started: str = "2026-01-01T00:00:00Z", phase: str = "Pending") -> dict:
+    return {"status": {"phase": phase, "startTime": started, "containerStatuses": [
+        {"name": "trial", "state": {"waiting": {"reason": reason, "message": f"kubelet says {reason}"}}}]}}
+
+
+def test_a_container_the_kubelet_cannot_start_is_queued_then_failed():
+    from datetime import datetime, timezone
+    from kubetune.executors.pod_spec import CONTAINER_WAITING_TIMEOUT_S, container_waiting
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert container_waiting(waiting_pod("ImagePullBackOff"), start + 5) == (
+        "ImagePullBackOff", "container trial: kubelet says ImagePullBackOff", False)
+    reason, message, failed = container_waiting(waiting_pod("CreateContainerConfigError"),
+                                                start + CONTAINER_WAITING_TIMEOUT_S + 1)
+    assert failed and "the limit is 120s" in message
+    assert container_waiting(waiting_pod("InvalidImageName"), start)[2] is True      # at once
+    assert container_waiting(waiting_pod("ContainerCreating"), start + 1000) is None  # normal start
+    assert container_waiting(waiting_pod("ImagePullBackOff", phase="Failed"), start) is None
+    assert failure_class("ImagePullBackOff: container trial: Back-off pulling image") == "ImagePullBackOff"
+    tally = FailureTally()
+    tally.failed("e-0", "ImagePullBackOff: container trial: Back-off pulling image \"nope:1\"")
+    assert "cannot start" in tally.systematic(10)
+
+
+@pytest.mark.parametrize("checkpoint_every,warns", [(10**9, True), (1, False)])
+def test_pbt_whose_function_never_checkpoints_warns(checkpoint_every, warns):
+    from kubetune.core.simulate import Simulator
+    from unit_helpers import quadratic
+
+    spec = make_spec(scheduler={"type": "pbt", "maxIterations": 20, "perturbationInterval": 2},
+                     budget={"maxTrials": 4, "parallelism": 4})
+    runner = make_runner(spec)
+    Simulator(runner, quadratic, checkpoint_every=checkpoint_every).run()
+    warning = runner.scheduler.warning()
+    assert bool(warning) is warns, warning
+    if warns:
+        assert warning.startswith("PBT skipped") and "checkpoint=directory" in warning

@@ -68,6 +68,7 @@ class ExperimentController:
         self._experiment_written_at = float("-inf")
         self._touched: set[str] = set()
         self._spec_problem: tuple[str, str] | None = None   # (reason, message) shown as a condition
+        self._scheduler_warned = False
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._platform_queue = PlatformQueue()   # launched pods the kube-scheduler cannot place yet
@@ -539,6 +540,12 @@ class ExperimentController:
                                                    for c in self._experiment_written.get("conditions") or []))
             if condition is not None:
                 extra.append(condition)
+        warning = self.runner.scheduler.warning()
+        if warning:   # e.g. PBT whose function never checkpoints: it can never exploit
+            extra.append(("SchedulerWarning", True, "SchedulerCannotAct", warning))
+            if not self._scheduler_warned:   # the Event once; the condition keeps the count
+                self._scheduler_warned = True
+                await self.store.event("Warning", "SchedulerCannotAct", warning)
         runner_summary = self.runner.summary(now)
         extra += warm_start_condition(runner_summary.outcomes, self.spec.warm_start is not None)
         if self._spec_problem is not None:

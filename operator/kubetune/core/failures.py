@@ -7,9 +7,10 @@ A failure's class is the exception type that starts its message ("EntrypointErro
 ("ImagePullBackOff: ...", a pod refused by Pod Security). Pure: no I/O.
 
 The policy (README, troubleshooting):
-- the entrypoint cannot be loaded (missing, not callable, raises on import) or the trial
-  pod is refused at creation (Pod Security, quota, admission): every trial shares the
-  entrypoint and the pod template, so the first such failure is systematic;
+- the entrypoint cannot be loaded (missing, not callable, raises on import), the trial
+  pod is refused at creation (Pod Security, quota, admission) or its image cannot be
+  pulled or its container configured: every trial shares the entrypoint and the pod
+  template, so the first such failure is systematic;
 - otherwise, when the first ``FIRST_TRIALS`` trials to end all failed with one class and
   none succeeded, the failure is systematic.
 """
@@ -23,8 +24,10 @@ from typing import Any, Iterable, Mapping
 FIRST_TRIALS = 3
 ENTRYPOINT = "EntrypointError"
 POD_REFUSED = "PodRefused"
-# classes that every trial shares: one failure is enough
-SHARED_CAUSES = (ENTRYPOINT, POD_REFUSED)
+# classes that every trial shares (the entrypoint; the pod template and its image): one
+# failure is enough
+SHARED_CAUSES = (ENTRYPOINT, POD_REFUSED, "InvalidImageName", "ErrImageNeverPull", "ErrImagePull",
+                 "ImagePullBackOff", "CreateContainerConfigError")
 EXAMPLE_CHARS = 300
 OBJECTIVE_NOT_A_NUMBER = "ObjectiveNotANumber"
 
@@ -111,7 +114,8 @@ class FailureTally:
             return ""
         trial, kind, message = self._failures[-1]
         if kind in SHARED_CAUSES:
-            what = "the entrypoint cannot be loaded" if kind == ENTRYPOINT else "the trial pod is refused"
+            what = {ENTRYPOINT: "the entrypoint cannot be loaded",
+                    POD_REFUSED: "the trial pod is refused"}.get(kind, "the trial pod's container cannot start")
             return f"{what}, so every trial would fail the same way: {trial}: {first_line(message)}"
         first = min(self.first_trials, max_trials)
         if first >= 2 and len(self._first) >= first and len(set(self._first[:first])) == 1 \

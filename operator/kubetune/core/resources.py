@@ -280,6 +280,20 @@ class ResourceLedger:
                             f"the largest {what} offers {describe_amount(kind, largest)}")
             return (f"needs {bundle.describe()} per bundle; no single {what} offers all of it "
                     f"(closest: {min(shapes, key=bundle.ratio).describe()})")
+        return self._group_feasibility(bundles)
+
+    def _group_feasibility(self, bundles: list[Resources]) -> str | None:
+        """The placement group is all-or-nothing: on a cluster that cannot grow (no
+        autoscaler node types), its bundles together must fit the nodes together."""
+        if self._node_types is not None or len(bundles) < 2:
+            return None
+        needed = sum(bundles, Resources())
+        offered = sum(self._nodes, Resources())
+        for kind in needed.kinds():
+            if needed.amount(kind) > offered.amount(kind) + 1e-9:
+                return (f"needs {len(bundles)} bundles, {describe_amount(kind, needed.amount(kind))} in all, "
+                        f"placed together; the whole cluster ({len(self._nodes)} nodes) offers "
+                        f"{describe_amount(kind, offered.amount(kind))}")
         return None
 
     # ------------------------------------------------------------ waiting demand

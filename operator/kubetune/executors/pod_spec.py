@@ -217,6 +217,50 @@ def unschedulable(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Containers the kubelet cannot start (README, troubleshooting). The image and the
+# template are the same for every trial, so none of these fixes itself by waiting long:
+# FATAL_WAITING fails the trial at once; the others may be passing (a registry hiccup, a
+# Secret created a moment later) and show the trial as Queued with the kubelet's reason
+# until CONTAINER_WAITING_TIMEOUT_S after the pod started, then fail it.
+FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull"}
+PASSING_WAITING = {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError",
+                   "CrashLoopBackOff", "RunContainerError", "PreCreateHookError", "PreStartHookError"}
+CONTAINER_WAITING_TIMEOUT_S = 120.0
+
+
+def container_waiting(pod: Mapping[str, Any], now: float) -> tuple[str, str, bool] | None:
+    """``(reason, message, failed)`` when a container of the pod cannot start: the
+    kubelet's reason and message, and whether the trial fails (a fatal reason, or one
+    that lasted ``CONTAINER_WAITING_TIMEOUT_S`` since the pod started); else None.
+    ``now``: epoch seconds."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Pending", "Running"):
+        return None
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason") or ""
+        if reason not in FATAL_WAITING and reason not in PASSING_WAITING:
+            continue
+        message = f"container {container.get('name')}: {(waiting.get('message') or reason).strip()}"
+        if reason in FATAL_WAITING:
+            return reason, message, True
+        started = _epoch(status.get("startTime"))
+        if started is not None and now - started >= CONTAINER_WAITING_TIMEOUT_S:
+            return reason, f"{message} (for {now - started:.0f}s, the limit is {CONTAINER_WAITING_TIMEOUT_S:.0f}s)", True
+        return reason, message, False
+    return None
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def failure(pod: Mapping[str, Any]) -> tuple[str, bool]:
     """Why a Failed pod failed, and whether the cluster (not the trial) caused it."""
     status = pod.get("status") or {}

@@ -20,6 +20,9 @@ over with the state read from the pod:
   a parallelism slot), with ``waiting_reason``/``waiting_message`` set, which the
   controller shows as Queued with the scheduler's message (and the cluster
   autoscaler's latest event on the pod: TriggeredScaleUp, NotTriggerScaleUp);
+- a container the kubelet cannot start (ImagePullBackOff, CreateContainerConfigError,
+  ...): Queued with the kubelet's reason, then failed after
+  ``pod_spec.CONTAINER_WAITING_TIMEOUT_S`` (InvalidImageName, ErrImageNeverPull: at once);
 - Running, Pending (image pull, ...): running;
 - Succeeded: completed, once every result it pushed was delivered;
 - Failed: failed with the exit code, reason (OOMKilled, Error) and the log tail;
@@ -233,6 +236,13 @@ class PodExecutor:
                 error += f"\n--- last {LOG_TAIL_LINES} log lines ---\n{tail}"
             state = TrialState.MISSING if cluster_fault else TrialState.FAILED
             return TrialUpdate(key, state, error=error, cluster_fault=cluster_fault, **common)
+        waiting = pod_spec.container_waiting(pod, time.time())
+        if waiting is not None:   # the kubelet cannot start a container: Queued, then Failed
+            reason, message, failed = waiting
+            if failed:
+                return TrialUpdate(key, TrialState.FAILED, error=f"{reason}: {message}", **common)
+            return TrialUpdate(key, TrialState.RUNNING, waiting_reason=reason,
+                               waiting_message=f"{reason}: {message}", **common)
         message = pod_spec.unschedulable(pod)
         if message is not None:
             namespace, experiment, _ = pod_spec.split_key(key)

@@ -64,6 +64,11 @@ class TrialScheduler:
     def on_trial_remove(self, trial: TrialInfo) -> None:
         pass
 
+    def warning(self) -> str:
+        """What keeps this scheduler from doing its work ("" if nothing): shown as a
+        Warning Event and the Experiment's SchedulerWarning condition."""
+        return ""
+
     def choose_trial_to_run(self, candidates: Sequence[TrialInfo]) -> TrialInfo | None:
         if not candidates:
             return None

@@ -18,6 +18,7 @@ from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec, Param
 
 PERTURBATION_FACTORS = (0.8, 1.2)
+NO_CHECKPOINT_WARNING_AFTER = 3     # exploits skipped for want of a donor checkpoint
 
 
 def perturb(param: Param, value: Any, rng: random.Random) -> Any:
@@ -49,6 +50,7 @@ class PBTScheduler(TrialScheduler):
         self._live: dict[str, TrialInfo] = {}
         self._score: dict[str, float] = {}             # latest objective, for ranking
         self._last_perturbation: dict[str, int] = {}   # iteration of the last check
+        self._skipped_exploits = 0                     # due, but no donor had a checkpoint
 
     def on_trial_add(self, trial: TrialInfo) -> None:
         self._live[trial.name] = trial
@@ -80,6 +82,7 @@ class PBTScheduler(TrialScheduler):
             return CONTINUE
         donors = [t for t in ranked[:size] if t.checkpoint is not None]
         if not donors:
+            self._skipped_exploits += 1
             return CONTINUE        # nothing to copy yet; judged again next interval
         donor = self._rng.choice(donors)
         new_params = self.explore(donor.params)
@@ -92,6 +95,14 @@ class PBTScheduler(TrialScheduler):
             f"continuing from {donor.name} at iteration {donor.checkpoint_iteration} "
             f"({self.metric} {fmt(self._score[donor.name])})" + (f" with {changes}" if changes else ""),
             clone_from=donor.name, new_params=new_params)
+
+    def warning(self) -> str:
+        # One skipped exploit is normal early on; several mean the function saves nothing.
+        if self._skipped_exploits < NO_CHECKPOINT_WARNING_AFTER:
+            return ""
+        return (f"PBT skipped {self._skipped_exploits} exploits: no trial in the top {self.quantile:.0%} has a "
+                "checkpoint to continue from; save one with kubetune.report(metrics, checkpoint=directory) "
+                "at least every perturbationInterval iterations")
 
     def explore(self, params: Mapping[str, Any]) -> dict[str, Any]:
         explored = {}
