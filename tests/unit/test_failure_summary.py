@@ -19,6 +19,8 @@ from unit_helpers import make_runner, make_spec, of_type
     ("ImagePullBackOff: Back-off pulling image \"nope:1\"", "ImagePullBackOff"),
     ('cannot create pod exp-0-a0: pods "exp-0-a0" is forbidden: violates PodSecurity "restricted:latest": '
      "privileged", "PodRefused"),
+    ('launch failed: ExecutorError: cannot create pod e-1-a0: pods "e-1-a0" is forbidden: violates PodSecurity '
+     '"baseline:latest": privileged', "PodRefused"),
     ("attempt 3 of exp-12 timed out", "attempt # of # timed out"),
     ("", "unknown error"),
 ])

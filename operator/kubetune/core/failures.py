@@ -32,7 +32,7 @@ EXAMPLE_CHARS = 300
 OBJECTIVE_NOT_A_NUMBER = "ObjectiveNotANumber"
 
 _LEADING_TYPE = re.compile(r"^([A-Za-z_][\w.]*)(?=: |:$|$)")
-_POD_REFUSED = re.compile(r"^cannot create pod \S+: .*(forbidden|denied|exceeded quota|violates PodSecurity)",
+_POD_REFUSED = re.compile(r"cannot create pod \S+: .*(forbidden|denied|exceeded quota|violates PodSecurity)",
                           re.IGNORECASE)
 
 

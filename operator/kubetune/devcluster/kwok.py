@@ -13,7 +13,8 @@ built from the wrapper module ``kwokmod/`` (kwok has its own Kubernetes client
 versions, so it cannot share gomod/).
 
 kwok only simulates what its stages say.  The stages here: nodes become Ready; a
-pod bound to a fake node becomes Running; a pod whose
+pod bound to a fake node becomes Running (with a ``kubetune.dev/simulate-waiting`` annotation
+it stays Pending, its containers waiting for that reason); a pod whose
 ``kubetune.dev/simulate-exit`` annotation is set terminates with that exit code
 (``0`` Succeeded, anything else Failed) and the optional
 ``kubetune.dev/simulate-reason`` (default ``Completed``/``Error``, e.g. ``OOMKilled``):
@@ -41,6 +42,10 @@ NODE_LABEL = "type"
 NODE_LABEL_VALUE = "kwok"
 EXIT_ANNOTATION = "kubetune.dev/simulate-exit"
 REASON_ANNOTATION = "kubetune.dev/simulate-reason"
+# the kubelet cannot start the container: it stays waiting with this reason (ImagePullBackOff,
+# ...), the pod started at WAITING_SINCE_ANNOTATION (default: now)
+WAITING_ANNOTATION = "kubetune.dev/simulate-waiting"
+WAITING_SINCE_ANNOTATION = "kubetune.dev/simulate-waiting-since"
 
 KWOK = GoModule(
     directory=Path(__file__).resolve().parent / "kwokmod",
@@ -164,6 +169,24 @@ terminated:
 phase: {{ eq $code "0" | ternary "Succeeded" "Failed" }}
 """
 
+_POD_WAITING = """\
+{{ $now := Now }}
+{{ $reason := index .metadata.annotations "kubetune.dev/simulate-waiting" }}
+{{ $since := index .metadata.annotations "kubetune.dev/simulate-waiting-since" }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  type: Ready
+""" + _container_statuses("false", """\
+waiting:
+  reason: {{ $reason | Quote }}
+  message: {{ printf "simulated %s for image %s" $reason .image | Quote }}
+""") + """\
+phase: Pending
+startTime: {{ or $since $now | Quote }}
+"""
+
+
 class _TemplateDumper(yaml.SafeDumper):
     """Writes multi-line strings (the templates) as ``|`` blocks, readable in kwok.yaml."""
 
@@ -173,7 +196,12 @@ _TemplateDumper.add_representer(str, lambda dumper, text: dumper.represent_scala
 
 STAGES = yaml.dump_all([
     _stage("node-initialize", "Node", [_NOT_READY], {"statusTemplate": _NODE_READY}),
-    _stage("pod-ready", "Pod", [*_pod_in_phase("Pending"), _NOT_READY], {"statusTemplate": _POD_RUNNING}),
+    _stage("pod-ready", "Pod", [*_pod_in_phase("Pending"), _NOT_READY,
+                                _expression(f'.metadata.annotations["{WAITING_ANNOTATION}"]', "DoesNotExist")],
+           {"statusTemplate": _POD_RUNNING}),
+    _stage("pod-waiting", "Pod", [*_pod_in_phase("Pending"), _expression(".status.containerStatuses", "DoesNotExist"),
+                                  _expression(f'.metadata.annotations["{WAITING_ANNOTATION}"]', "Exists")],
+           {"statusTemplate": _POD_WAITING}),
     _stage("pod-exit", "Pod", [*_pod_in_phase("Running"),
                                _expression(f'.metadata.annotations["{EXIT_ANNOTATION}"]', "Exists")],
            {"statusTemplate": _POD_EXITED}),
