@@ -122,7 +122,7 @@ def format_error(exc: BaseException, skip_frames: int = 0) -> str:
     if len(text) > TRACEBACK_TAIL_CHARS:
         text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
     if isinstance(exc, SystemExit):   # sys.exit(0) is no success: the function must return
-        return (f"SystemExit: the function called sys.exit({exc.code!r}); a trial function returns "
+        return (f"SystemExit: the function called sys.exit({repr(exc.code)[:200]}); a trial function returns "
                 f"when it is done (or raises), it must not exit the process\n{text}")
     message = str(exc)
     if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
