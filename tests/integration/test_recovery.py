@@ -16,6 +16,7 @@ import pytest
 from k8s_helpers import create, experiment, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from kubetune.examples.resumable import expected_losses, step
+from kubetune.results import open_store
 from recovery_fixtures import OperatorWithEnv
 
 pytestmark = pytest.mark.integration
@@ -180,6 +181,19 @@ def test_operator_killed_ten_times_loses_nothing_and_restarts_no_trial(operator,
         assert len(set(column(trial, "pid"))) == 1, trial["metadata"]["name"]
     assert len(running_at_kill) >= 8
     assert done["status"]["trialCounts"]["succeeded"] == count
+
+    # the results store holds every result once, whatever the kills (kubetune.results)
+    uid = done["metadata"]["uid"]
+    store = open_store(operator.results_url, create=False)
+    try:
+        wait_for(lambda: len(store.results(uid)) >= count * iterations, timeout=60, message="all results stored")
+        stored = store.results(uid)
+        names = {t.uid: t.name for t in store.trials(uid)}
+        assert sorted(names.values()) == sorted(f"chaos-{i}" for i in range(count))
+        for trial_uid in names:
+            assert [r.iteration for r in stored if r.trial_uid == trial_uid] == list(range(1, iterations + 1))
+    finally:
+        store.close()
 
 
 def test_ray_head_restart_relaunches_trials_from_checkpoints(kube_cluster, ray_restartable, experiments_api,

@@ -123,3 +123,39 @@ def test_a_results_store_outage_is_shown_and_costs_no_result(kube_cluster, ray_l
         assert ("Warning", "ResultsStoreUnavailable") in reasons and ("Normal", "ResultsStored") in reasons
     finally:
         process.stop_and_report()
+
+
+def test_results_held_by_a_killed_operator_are_stored_by_the_next(kube_cluster, ray_local, namespace, tmp_path,
+                                                                  experiments_api, postgres_server):
+    """The operator took 10 results (the Trial's status records them) but could not store
+    them yet (its database does not exist) when it is SIGKILLed.  The restarted operator
+    finds them missing from the store and fetches them again from the running trial."""
+    database = f"killed_{int(time.time() * 1000)}"
+    process = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, namespace)
+    process.results_url = postgres_server.url(database)
+    process.start()
+    gate = tmp_path / "gate"
+    create(experiments_api, namespace, experiment(
+        "killed", entrypoint="kubetune.examples.sleepy:train", objective={"metric": "step", "mode": "max"},
+        budget={"maxTrials": 1, "parallelism": 1},
+        trial={"config": {"iterations": 15, "interval": 0, "hold_after": 10, "gate": str(gate)}}))
+    try:
+        def ten_recorded():
+            items = experiments_api.list_namespaced_custom_object(
+                "kubetune.dev", "v1alpha1", namespace, "trials", label_selector="kubetune.dev/experiment=killed")
+            return items["items"] and (items["items"][0].get("status") or {}).get("lastResultSeq") == 9
+        wait_for(ten_recorded, timeout=120, interval=0.2, message="the Trial records 10 results")
+        wait_condition(experiments_api, namespace, "killed", "ResultsStoreUnavailable", timeout=60, operator=process)
+        process.kill()
+        postgres_server.create_database(database)
+        process.start()
+        gate.touch()
+        wait_condition(experiments_api, namespace, "killed", "Succeeded", timeout=120, operator=process)
+
+        def all_stored():
+            document = stored_results(process.results_url, "killed", namespace)
+            return document if document and len(document["trials"][0]["results"]) >= 15 else None
+        document = wait_for(all_stored, timeout=60, interval=0.5, message="15 stored results")
+        assert [r["metrics"]["step"] for r in document["trials"][0]["results"]] == list(range(1, 16))
+    finally:
+        process.stop_and_report()

@@ -40,6 +40,8 @@ IDLE_POLL_SECONDS = 0.25                # longest pause between polls of running
 # flight for the next one: a slow actor no longer holds up the cycle, and an actor is
 # called about once per batch of results instead of once per cycle (issue 7 benchmarks)
 POLL_WAIT_SECONDS = 0.05
+# longest a trial's stop, pause or failure waits for the results store to take its results
+RESULTS_SETTLE_SECONDS = 2.0
 
 
 class ExperimentController:
@@ -77,6 +79,7 @@ class ExperimentController:
         self._orphans_checked = False   # actors of trials that ended while no operator watched
         self._finished_at_start = False  # found finished for its spec: kept so, not restored
         self._cloned: dict[str, tuple[str, str]] = {}   # trial -> (donor's checkpoint, its own copy)
+        self._unstored: dict[str, int] = {}   # after a restart: trial -> last seq to check in the results store
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -146,6 +149,8 @@ class ExperimentController:
                 await self._stop_orphans()
             await self.cluster.refresh_capacity()
             busy |= await self._apply(self.runner.step(now))
+            if self._unstored:
+                await self._store_results_taken_before_restart()
             if await self._poll_running():
                 busy = True
                 # fill the slots of trials that just ended now, not one cycle later
@@ -226,6 +231,9 @@ class ExperimentController:
             self._checkpoints_to_delete.update((name, False) for name, trial in runner.trials.items()
                                                if trial.phase.is_terminal and trial.checkpoint)
         self._experiment_written = dict(status)
+        if self.results is not None:
+            self._unstored = {name: trial.last_seq for name, trial in runner.trials.items()
+                              if trial.phase is TrialPhase.RUNNING and trial.last_seq >= 0}
         if trials:
             log.info("%s/%s: restored %d trials", self.namespace, self.name, len(trials))
         if runner.searcher.warm_start_problems and not trials:   # once, not at every restart
@@ -348,6 +356,7 @@ class ExperimentController:
         self._trial_writes.written(name, status, self._clock())
 
     async def _pause(self, decision: PauseTrial) -> None:
+        await self._settle_results()
         await self._persist_trial(decision.name)
         trial = self.runner.trials[decision.name]
         update = await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name),
@@ -433,6 +442,7 @@ class ExperimentController:
             self._checkpoints_to_delete.pop(name, None)
 
     async def _stop(self, decision: StopTrial) -> None:
+        await self._settle_results()
         await self._persist_trial(decision.name)
         await asyncio.to_thread(self.cluster.executor.stop, self._trial_key(decision.name))
         if self.spec.checkpoint.delete_on_completion:
@@ -495,11 +505,44 @@ class ExperimentController:
         if self.results is not None and results:
             self.results.results(name, results)
 
+    async def _store_results_taken_before_restart(self) -> None:
+        """After a restart: results the runner had taken (the Trial's lastResultSeq counts
+        them) that the killed operator had not yet written to the results store are fetched
+        again from the running trials, which keep a tail of fetched-past results
+        (trainable/function_runner.py KEPT_ACKED_RESULTS), and stored; the runner never
+        sees them twice."""
+        wanted, self._unstored = self._unstored, {}
+        try:
+            stored = await asyncio.to_thread(self.results.stored_through, list(wanted))
+        except Exception as error:  # noqa: BLE001 - store down: the condition says so; nothing to refetch against
+            log.warning("%s/%s: results store unreadable, not checking for results lost in the restart: %s",
+                        self.namespace, self.name, error)
+            return
+        for name, last in wanted.items():
+            after, key = stored.get(name, -1), self._trial_key(name)
+            while after < last:
+                update = (await asyncio.to_thread(self.cluster.executor.poll, {key: after}, wait_s=0)).get(key)
+                missing = [r for r in (update.results if update is not None else ()) if after < r.seq <= last]
+                if not missing:
+                    break
+                self._record_results(name, missing)
+                after = missing[-1].seq
+
+    async def _settle_results(self) -> None:
+        """Before a trial's run ends (stop, pause, failure), and with it the only other copy
+        of its results, let the results store take what it was handed: an operator killed
+        after the Trial records the end must not lose them, since a restarted operator
+        fetches missing results again only from runs still going.  Bounded; no wait at all
+        while the store is failing (the Experiment's condition says so)."""
+        if self.results is not None:
+            await asyncio.to_thread(self.results.settle, RESULTS_SETTLE_SECONDS)
+
     async def _trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> None:
         """A failed attempt: its whole error to the results store, then to the runner."""
         trial = self.runner.trials.get(name)
         if self.results is not None and trial is not None and trial.phase is TrialPhase.RUNNING:
             self.results.failure(name, trial.attempt, "ClusterFault" if cluster_fault else "Error", error, now)
+            await self._settle_results()
         await self._apply(self.runner.on_trial_errored(name, error, now, cluster_fault=cluster_fault))
 
     # ------------------------------------------------------------------ status

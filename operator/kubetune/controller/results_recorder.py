@@ -84,6 +84,17 @@ class ResultsRecorder:
         """A failed attempt, with its whole error (the Trial keeps a capped tail)."""
         self.writer.submit(Batch(failures=[FailureRow(self._uid(name), attempt, reason, message, now)]))
 
+    def settle(self, timeout: float) -> bool:
+        """Wait (blocking, at most ``timeout``) until what was handed over is written;
+        not at all while the store is failing."""
+        return self.writer.problem is None and self.writer.flush(timeout)
+
+    def stored_through(self, names: Iterable[str]) -> dict[str, int]:
+        """The highest result seq the store holds per trial (-1: none).  Blocking."""
+        uids = {self._uid(name): name for name in names}
+        found = self.writer.read(lambda store: store.last_seqs(list(uids)))
+        return {name: found.get(uid, -1) for uid, name in uids.items()}
+
     # ------------------------------------------------------------------ helpers
 
     def _uid(self, name: str) -> str:

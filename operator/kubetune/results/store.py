@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
 from kubetune.results import schema, values
@@ -170,6 +170,14 @@ class ResultsStore:
                                           metrics=metrics.get(row.seq, {}), time=row.time,
                                           attempt=row.attempt, checkpoint=row.checkpoint))
         return rows
+
+    def last_seqs(self, trial_uids: Sequence[str]) -> dict[str, int]:
+        """The highest stored result seq of each trial that has any."""
+        r = schema.results
+        query = select(r.c.trial_uid, func.max(r.c.seq)).where(r.c.trial_uid.in_(list(trial_uids))) \
+            .group_by(r.c.trial_uid)
+        with self.engine.connect() as connection:
+            return {uid: int(seq) for uid, seq in connection.execute(query)}
 
     def failures(self, experiment_uid: str) -> list[FailureRow]:
         f, t = schema.failures, schema.trials

@@ -14,12 +14,13 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
 from kubetune.results.store import ResultsStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_PENDING_RESULTS = 200_000      # about 5 metrics each: some 200 MB of Python objects at most
 MAX_BATCH_RESULTS = 20_000         # one transaction; SQLite writes ~15k results/s on 2 cores
@@ -33,6 +34,7 @@ class ResultsWriter:
         self._open_store = open_store
         self._max_pending = max_pending_results
         self._lock = threading.Condition()
+        self._open_lock = threading.Lock()   # the writer thread and readers open the store once
         self._experiments: dict[str, ExperimentRow] = {}
         self._trials: dict[str, TrialRow] = {}
         self._failures: dict[tuple[str, int], FailureRow] = {}
@@ -57,6 +59,17 @@ class ResultsWriter:
                     self._results.popleft()
                 self.dropped += overflow
             self._lock.notify()
+
+    def read(self, query: Callable[[ResultsStore], T]) -> T:
+        """Run ``query`` on the store (blocking: call it from a thread).  Rows still
+        pending here are not in its answer."""
+        return query(self._opened())
+
+    def _opened(self) -> ResultsStore:
+        with self._open_lock:
+            if self.store is None:
+                self.store = self._open_store()
+            return self.store
 
     @property
     def pending(self) -> int:
@@ -123,9 +136,7 @@ class ResultsWriter:
                     return
                 batch = self._take()
             try:
-                if self.store is None:
-                    self.store = self._open_store()
-                self.store.write(batch)
+                self._opened().write(batch)
             except Exception as error:  # noqa: BLE001 - any database trouble: keep the rows, retry
                 delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
                 failures += 1
