@@ -68,6 +68,24 @@ def test_exception_fails_with_type_message_and_traceback_after_earlier_results()
     assert "train_that_raises" in batch["error"] and "Traceback" in batch["error"]
 
 
+def test_a_long_traceback_reaches_the_operator_whole():
+    """The results store keeps every failed attempt's whole traceback (issue 14)."""
+    def descend(depth):
+        if depth == 0:
+            raise RuntimeError("bottom")
+        return descend_again(depth - 1)
+
+    def descend_again(depth):   # two names: Python does not fold the frames into one line
+        return descend(depth)
+
+    def train_deep(config):
+        descend(200)
+
+    error = finished(run(train_deep)).fetch(0)["error"]
+    assert len(error) > 20_000 and error.count(", in descend_again\n") == 200
+    assert "in train_deep" in error and error.rstrip().endswith("RuntimeError: bottom")
+
+
 def test_seq_and_iteration_continue_from_the_launch():
     def train(config):
         assert get_context().start_iteration == 7

@@ -47,7 +47,9 @@ from kubetune.trainable.output import LineBuffer
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 TERMINAL = (COMPLETED, FAILED, STOPPED)
-TRACEBACK_TAIL_CHARS = 4000
+# The whole traceback reaches the operator, which keeps it in the results store; the
+# Trial's status shows only a capped tail.  The cap bounds one fetch, not a normal error.
+TRACEBACK_TAIL_CHARS = 1 << 20
 ERROR_MESSAGE_CHARS = 2000
 # A long-polling fetch woken by a report lingers this long for more: a function that
 # ends right after its last report then delivers its ending in the same batch, which
@@ -119,14 +121,15 @@ def format_error(exc: BaseException, skip_frames: int = 0) -> str:
         if tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb))
+    full = message = str(exc)
+    if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
+        message = message[:ERROR_MESSAGE_CHARS] + f" ... [{len(message) - ERROR_MESSAGE_CHARS} characters cut]"
+        text = text.replace(full, message)   # the traceback's last line repeats it
     if len(text) > TRACEBACK_TAIL_CHARS:
         text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
     if isinstance(exc, SystemExit):   # sys.exit(0) is no success: the function must return
         return (f"SystemExit: the function called sys.exit({repr(exc.code)[:200]}); a trial function returns "
                 f"when it is done (or raises), it must not exit the process\n{text}")
-    message = str(exc)
-    if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
-        message = message[:ERROR_MESSAGE_CHARS] + f" ... [{len(message) - ERROR_MESSAGE_CHARS} characters cut]"
     return f"{type(exc).__name__}: {message}\n{text}"
 
 
