@@ -9,7 +9,7 @@ import kopf
 from kubetune import metrics, settings as operator_settings
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import CleanupPending, OperatorState
-from kubetune.controller.pod_cluster import PodSupport
+from kubetune.controller.pod_cluster import POD_EXECUTOR_OFF, PodSupport
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
 from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
@@ -49,9 +49,14 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
     settings.scanning.disabled = True
     chosen = operator_settings.current()
-    PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url)
+    pod_cluster = None
+    if chosen.pod_executor:   # off: nothing listens on the ingest port
+        PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
+                          namespace_opt_in=chosen.pod_namespace_opt_in)
+        pod_cluster = await PODS.start()
     registry = ClusterRegistry(chosen.ray_address, _executor_factory,
-                               pod_cluster=await PODS.start(), allow_local=chosen.allow_local_ray or not in_cluster())
+                               pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
+                               allow_local=chosen.allow_local_ray or not in_cluster())
     # opened by the writer's thread: a database that is down at start delays the
     # results (kept, retried), never the operator
     RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))

@@ -8,6 +8,7 @@ import logging
 
 from kubetune.core.leadership import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
 from kubetune.settings import OperatorSettings, configure, env_fallback
+from kubetune.spec.pod_policy import ALLOWANCES, unknown_allowances
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # service-link variables of the chart's own Services (kubetune.settings)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off)")
+    parser.add_argument("--pod-executor", action="store_true",
+                        help="run Experiments with executor: pod, and listen on the ingest port for their "
+                             "results (off: nothing listens, pod Experiments are refused)")
+    parser.add_argument("--pod-allow", action="append", default=[],
+                        help="let trial pods have this (repeatable or comma-separated): "
+                             f"{', '.join(ALLOWANCES)}; default: the restricted Pod Security profile")
+    parser.add_argument("--pod-namespace-opt-in", action="store_true",
+                        help="a namespace labelled pod-security.kubetune.dev/allow-<allowance>=true "
+                             "allows that to its trial pods (the operator reads the namespace's labels)")
     parser.add_argument("--ingest-port", type=int, default=8081,
                         help="port of the endpoint trial pods (executor: pod) post their results to")
     parser.add_argument("--ingest-url", default=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
@@ -60,10 +70,16 @@ def main(args: argparse.Namespace) -> int:
     import kopf
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    allow = frozenset(name.strip() for item in args.pod_allow for name in item.split(",") if name.strip())
+    if unknown_allowances(allow):
+        raise SystemExit(f"--pod-allow: unknown {', '.join(unknown_allowances(allow))}; "
+                         f"known: {', '.join(ALLOWANCES)}")
     configure(OperatorSettings(ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
                                ingest_port=args.ingest_port, ingest_url=args.ingest_url,
                                results_url=args.results_url, allow_local_ray=args.allow_local_ray,
-                               trial_lease_seconds=args.trial_lease_seconds))
+                               trial_lease_seconds=args.trial_lease_seconds,
+                               pod_executor=args.pod_executor, pod_allow=allow,
+                               pod_namespace_opt_in=args.pod_namespace_opt_in))
     import kubetune.handlers  # noqa: F401  (registers the handlers)
 
     async def run() -> None:

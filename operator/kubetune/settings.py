@@ -45,6 +45,9 @@ class OperatorSettings:
     allow_local_ray: bool = False      # Ray address `local` inside a cluster (outside one it always is)
     trial_lease_seconds: float = 0.0   # a running Ray trial nobody calls this long ends itself (0: never)
     cleanup_timeout_seconds: float = 600.0   # an Experiment's deletion retries its cleanup this long
+    pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
+    pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
+    pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
 
 
 _current: OperatorSettings | None = None

@@ -76,6 +76,8 @@ def pod_operator(gpu_cluster, pod_namespace, tmp_path_factory):
     # no Ray: pod Experiments never start it ("local" is only the default for Ray ones)
     # a fixed port: trial pods keep the ingest URL they were started with across operator restarts
     process = OperatorProcess(gpu_cluster.kubeconfig, "local", tmp_path_factory.mktemp("pod-operator"),
-                              pod_namespace, extra_args=("--ingest-port", str(free_port()))).start()
+                              pod_namespace,
+                              extra_args=("--pod-executor", "--pod-namespace-opt-in",
+                                          "--ingest-port", str(free_port()))).start()
     yield process
     process.stop_and_report()

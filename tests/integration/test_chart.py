@@ -289,6 +289,13 @@ class ChartOperator:
                                                      self.workdir / f"{account}.kubeconfig")
         return applied
 
+    def chart_switches(self) -> list[str]:
+        """The chart Deployment's switches of the operator (pod executor, pod policy):
+        the process runs as the chart configures it."""
+        [deployment] = [d for d in self.documents if d["kind"] == "Deployment"]
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        return [a for a in container["args"] if a.startswith("--pod-")]
+
     def start(self, namespaces: list[str]) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("KUBERNETES_SERVICE_HOST", None)     # never the in-cluster config
@@ -303,7 +310,7 @@ class ChartOperator:
                 [sys.executable, "-m", "kubetune", "operator", *(f"--namespace={n}" for n in namespaces),
                  "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
                  "--metrics-port", str(self.metrics_port), "--ingest-port", str(free_port()),
-                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz", *election],
+                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz", *election, *self.chart_switches()],
                 env=env, stdout=log_file, stderr=subprocess.STDOUT)
         wait_for(lambda: self.process.poll() is not None
                  or http_get(f"http://127.0.0.1:{self.health_port}/healthz")[0] == 200,

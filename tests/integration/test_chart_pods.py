@@ -27,6 +27,7 @@ POD_RULES = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     {"apiGroups": ["kubetune.dev"], "resources": ["trials/finalizers"], "verbs": ["update"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},     # podSecurity.namespaceOptIn
 ]
 POD_RESOURCES = {"pods", "pods/log", "secrets", "configmaps"}
 
@@ -47,7 +48,8 @@ def test_pod_executor_is_off_by_default(helm, tmp_path):
             assert not any("trials/finalizers" in r["resources"] for r in role["rules"])
         assert [s["metadata"]["name"] for s in kinds["Service"]] == ["kt-kubetune-metrics"]
         container = operator_container(kinds)
-        assert not any(a.startswith(("--ingest-port", "--ingest-url")) for a in container["args"])
+        assert not any(a.startswith(("--ingest-port", "--ingest-url", "--pod-")) for a in container["args"])
+        assert "ValidatingAdmissionPolicy" not in kinds
         assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
 
 
@@ -61,6 +63,8 @@ def test_pod_executor_cluster_wide_adds_its_rules_service_and_wiring(helm, tmp_p
     assert ingest["spec"]["ports"] == [{"name": "ingest", "port": 8081, "targetPort": "ingest", "protocol": "TCP"}]
     assert ingest["spec"]["selector"] == kinds["Deployment"][0]["spec"]["selector"]["matchLabels"]
     container = operator_container(kinds)
+    assert "--pod-executor" in container["args"] and "--pod-namespace-opt-in" in container["args"]
+    assert not any(a.startswith("--pod-allow") for a in container["args"])
     assert "--ingest-port=8081" in container["args"]
     assert "--ingest-url=http://kt-kubetune-ingest.kubetune-system.svc:8081" in container["args"]
     env = {e["name"]: e for e in container["env"]}
@@ -72,8 +76,14 @@ def test_pod_executor_cluster_wide_adds_its_rules_service_and_wiring(helm, tmp_p
 def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
     values = {"watchNamespaces": ["team-a", "team-b"], "podExecutor": {"enabled": True, "ingestPort": 9091}}
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+    # no ClusterRole at all, so none granting Secrets: the pod executor's rights are the Roles'
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
     roles = [r for r in kinds["Role"] if r["metadata"]["name"] != "kt-kubetune-leader"]   # but the Lease's
+    secret_rules = [r for role in roles for r in role["rules"] if "secrets" in r["resources"]]
+    assert secret_rules and all(r["verbs"] == ["get", "create"] and "resourceNames" not in r for r in secret_rules)
+    [binding] = kinds["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == \
+        ["team-a", "team-b"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert role["rules"][-len(POD_RULES):] == POD_RULES
@@ -84,6 +94,20 @@ def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
     assert "--ingest-port=9091" in container["args"]
     assert "--ingest-url=http://kt-kubetune-ingest.kubetune-system.svc:9091" in container["args"]
     assert {"name": "ingest", "containerPort": 9091, "protocol": "TCP"} in container["ports"]
+
+
+def test_pod_security_allowances_reach_the_operator_and_the_admission_policy(helm, tmp_path):
+    values = {"podExecutor": {"enabled": True, "podSecurity": {"allow": ["hostPath", "nodeName"],
+                                                               "namespaceOptIn": False}}}
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+    args = operator_container(kinds)["args"]
+    assert "--pod-allow=hostPath" in args and "--pod-allow=nodeName" in args
+    assert "--pod-namespace-opt-in" not in args
+    [role] = kinds["ClusterRole"]
+    assert not any("namespaces" in r["resources"] for r in role["rules"])
+    [policy] = kinds["ValidatingAdmissionPolicy"]
+    [allowed] = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "allowed"]
+    assert allowed.strip() == '["hostPath","nodeName"]'
 
 
 # ------------------------------------------------------------------ against the API server
@@ -112,9 +136,50 @@ def test_a_pod_experiment_runs_with_only_the_chart_permissions(helm, gpu_cluster
             review = client.AuthenticationV1Api(sa_client).create_self_subject_review(
                 {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
             assert review.status.user_info.username == operator.username
+            refused_at_apply(core, custom, ns)
             with operator.running([ns]):
                 run_pod_experiments(operator, core, custom, sa_core, ns, home_namespace, tmp_path)
                 operator.assert_no_permission_problem()
+
+
+def refused_at_apply(core, custom, ns: str) -> None:
+    """The chart's ValidatingAdmissionPolicy: a privileged template is refused by the API
+    server, naming the field; a namespace labelled to allow hostPath gets it through."""
+    privileged = pod_experiment("privileged", budget={"maxTrials": 1})
+    privileged["spec"]["trial"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+
+    def refusal():
+        try:
+            create(custom, ns, privileged)
+        except ApiException as error:
+            return error
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "privileged")  # not active yet
+        return None
+    error = wait_for(refusal, timeout=30, interval=0.5, message="the admission policy in force")
+    assert error.status == 422, error.body
+    assert "spec.trial.template.spec.containers[train].securityContext.privileged: refused" in error.body
+
+    host_path = pod_experiment("hostpath", budget={"maxTrials": 1})
+    host_path["spec"]["trial"]["template"]["spec"]["volumes"] = [{"name": "n", "hostPath": {"path": "/"}}]
+    with pytest.raises(ApiException, match=r"spec.trial.template.spec.volumes\[\].hostPath: refused"):
+        create(custom, ns, host_path)
+    label = "pod-security.kubetune.dev/allow-hostPath"
+    core.patch_namespace(ns, {"metadata": {"labels": {label: "true"}}})
+    try:
+        wait_for(lambda: _created(custom, ns, host_path), timeout=30, interval=0.5,
+                 message="the opted-in namespace's hostPath Experiment admitted")
+    finally:
+        core.patch_namespace(ns, {"metadata": {"labels": {label: None}}})
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "hostpath")
+
+
+def _created(custom, ns: str, body: dict) -> bool:
+    try:
+        create(custom, ns, body)
+        return True
+    except ApiException as error:
+        assert error.status == 422, error.body
+        return False
 
 
 def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str, home: str, tmp_path) -> None:
@@ -165,6 +230,7 @@ def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str,
     params = sa_core.read_namespaced_config_map("chartpods-0-params", ns)
     sa_core.patch_namespaced_config_map("chartpods-0-params", ns, {"data": params.data})
     sa_core.read_namespaced_secret("chartpods-0-token", ns)
+    sa_core.read_namespace(ns)      # a namespace's opt-in labels: its own Namespace object only
 
     # and nothing beyond them
     assert_forbidden(
@@ -177,4 +243,6 @@ def run_pod_experiments(operator: ChartOperator, core, custom, sa_core, ns: str,
         lambda: sa_core.list_pod_for_all_namespaces(),
         lambda: sa_core.list_namespaced_config_map(home),
         lambda: sa_core.create_namespaced_secret(home, {"metadata": {"name": "x"}, "stringData": {"a": "b"}}),
+        lambda: sa_core.read_namespace(home),
+        lambda: sa_core.list_namespace(),
     )

@@ -85,7 +85,14 @@ ingest endpoint (verified by tests/integration/test_chart_pods.py):
 - pods/log: the log tail of a failed pod, and the results of `metricsCollector: stdout` trials;
 - Events listed for the cluster autoscaler's word on pending pods;
 - trials/finalizers update: the Pods, Secrets and ConfigMaps name their Trial as
-  owner with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
+  owner with blockOwnerDeletion (OwnerReferencesPermissionEnforcement);
+- with podSecurity.namespaceOptIn, namespaces get: the opt-in labels of the served
+  namespace (in a Role, that one Namespace object only).
+Secrets: get and create, never list, watch, update or delete, and only where
+Experiments are served (watchNamespaces: Roles, no ClusterRole).  RBAC cannot narrow
+them further: resourceNames cannot restrict create, and each trial's Secret has a
+new name.  The operator reads only Secrets named <trial>-token that its Trial owns
+(it checks the ownerReference); deletion is Kubernetes' garbage collector's.
 */}}
 {{- define "kubetune.podExecutorRules" -}}
 - apiGroups: [""]
@@ -106,4 +113,9 @@ ingest endpoint (verified by tests/integration/test_chart_pods.py):
 - apiGroups: [kubetune.dev]
   resources: [trials/finalizers]
   verbs: [update]
+{{- if .Values.podExecutor.podSecurity.namespaceOptIn }}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
+{{- end }}
 {{- end }}

@@ -126,7 +126,7 @@ class ClusterRegistry:
     """Operator-wide: the one ClusterHandle per Ray address."""
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
-                 pod_cluster: Any = None, *, allow_local: bool = True) -> None:
+                 pod_cluster: Any = None, *, allow_local: bool = True, pod_refusal: str = "") -> None:
         self.default_address = default_address
         # ``local`` runs trials (user code) inside this process's machine: in a cluster,
         # next to the operator's ServiceAccount token; refused there unless allowed
@@ -134,6 +134,7 @@ class ClusterRegistry:
         self._executor_factory = executor_factory
         self._handles: dict[str, ClusterHandle] = {}
         self.pod_cluster = pod_cluster    # controller.pod_cluster.PodClusterHandle; None: not offered
+        self.pod_refusal = pod_refusal    # why not, when the operator says so (pod executor off)
 
     def resolve(self, requested: str | None) -> str:
         return requested or self.default_address
@@ -154,7 +155,7 @@ class ClusterRegistry:
     def pods(self) -> Any:
         """The handle for ``spec.executor: pod`` (trials as Kubernetes pods)."""
         if self.pod_cluster is None:
-            raise RayUnavailable("executor: pod needs the operator (`kubetune operator`), which runs "
+            raise RayUnavailable(self.pod_refusal or "executor: pod needs the operator (`kubetune operator`), which runs "
                                  "trials as pods and receives their results; `kubetune run` runs Ray trials only")
         return self.pod_cluster
 

@@ -78,7 +78,7 @@ class ExperimentController:
         self._checkpoints_to_delete: dict[str, bool] = {}
         self._orphans_checked = False   # actors of trials that ended while no operator watched
         self._finished_at_start = False  # found finished for its spec: kept so, not restored
-        self._cloned: dict[str, tuple[str, str]] = {}   # trial -> (donor's checkpoint, its own copy)
+        self._cloned: dict[str, tuple[str, str | None]] = {}   # trial -> (donor's checkpoint, its own copy)
         self._unstored: dict[str, int] = {}   # after a restart: trial -> last seq to check in the results store
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,6 +182,15 @@ class ExperimentController:
                 self._spec_problem = ("InvalidSpec", str(error))
                 await self.store.event("Warning", "InvalidSpec", str(error))
             return
+        refused = await self._pod_policy_refusal(spec)
+        if refused:
+            self._generation = generation
+            if self.runner is None:
+                await self._fail_invalid_spec(refused, generation, reason="PodSecurityViolation")
+            else:   # keep running the last allowed spec
+                self._spec_problem = ("PodSecurityViolation", refused)
+                await self.store.event("Warning", "PodSecurityViolation", refused)
+            return
         self._spec_problem = None
         if self.runner is None:
             address = self.registry.resolve(spec.ray.address)
@@ -256,6 +265,14 @@ class ExperimentController:
                 notes.append(f"{experiment}: no succeeded Trials in namespace {self.namespace}")
             warm += found
         return warm, notes
+
+    async def _pod_policy_refusal(self, spec) -> str:
+        """What a pod template asks for beyond what this operator and namespace allow
+        (spec/pod_policy.py), each naming its field; "" when nothing."""
+        pods = self.registry.pod_cluster
+        if spec.executor != "pod" or pods is None:
+            return ""
+        return "; ".join(await pods.policy_violations(self.namespace, spec.trial.template))
 
     async def _fail_invalid_spec(self, message: str, generation: int | None, *,
                                  reason: str = "InvalidSpec") -> None:
@@ -378,11 +395,18 @@ class ExperimentController:
         storage = (spec or self.spec).checkpoint.storage or self._default_storage
         if source is None or not storage:
             return
-        from kubetune.trainable.checkpoint import clone_checkpoint_or_newer
+        from kubetune.trainable.checkpoint import CheckpointOutsideStorage, clone_checkpoint_or_newer
         trial = self.runner.trials[name]
         try:
             copy = await asyncio.to_thread(clone_checkpoint_or_newer, source, storage, self._trial_key(name),
                                            trial.checkpoint_iteration)
+        except CheckpointOutsideStorage as error:   # neither copied nor handed on: the trial starts afresh
+            log.warning("%s/%s: %s refused for %s: %s", self.namespace, self.name, source, name, error)
+            await self.store.trial_event(name, "Warning", "CheckpointRefused", f"{name}: {error}"[:1000])
+            self.runner.on_checkpoint_cloned(name, source, None)
+            self._cloned[name] = (source, None)    # a launch decided before this starts afresh too
+            self._touched.add(name)
+            return
         except Exception as error:  # noqa: BLE001 - storage the operator cannot reach: as before, the donor's
             log.warning("%s/%s: cannot copy %s for %s: %s", self.namespace, self.name, source, name, error)
             await self.store.event("Warning", "CheckpointNotCopied",

@@ -7,7 +7,9 @@ runs, so the ledger grants every trial at once (the runner launches up to
 ``platform_queue``); and there is no connection to lose, only the API server.
 
 ``PodSupport`` wires the operator-wide parts: one ``ResultInbox``, the HTTP ingest
-server trial pods report to, and the ``PodExecutor``.
+server trial pods report to, and the ``PodExecutor``.  Off (the operator's default,
+without ``--pod-executor``) nothing listens and pod Experiments are refused with a
+message naming the switch: an operator that runs no pods offers no endpoint to abuse.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import logging
 import os
 
 from kubetune.core.resources import ResourceLedger, Resources
-from kubetune.executors.pod_ingest import IngestServer, ResultInbox, secret_token_lookup
+from kubetune.executors.pod_ingest import IngestServer, ResultInbox
 from kubetune.executors.pods import PodExecutor
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,9 @@ class PodClusterHandle:
     async def refresh_capacity(self) -> None:
         """Nothing to track: the kube-scheduler places pods."""
 
+    async def policy_violations(self, namespace: str, template) -> list[str]:
+        return await asyncio.to_thread(self.executor.policy_violations, namespace, template)
+
 
 def default_ingest_url(port: int) -> str:
     """Where trial pods reach the ingest endpoint: the chart's Service when the operator
@@ -81,15 +86,13 @@ def default_ingest_url(port: int) -> str:
 class PodSupport:
     """The ingest server plus the pod executor, started with the operator."""
 
-    def __init__(self, *, port: int = DEFAULT_INGEST_PORT, url: str = "", host: str = "0.0.0.0") -> None:
+    def __init__(self, *, port: int = DEFAULT_INGEST_PORT, url: str = "", host: str = "0.0.0.0",
+                 allow: frozenset[str] = frozenset(), namespace_opt_in: bool = False) -> None:
         self.inbox = ResultInbox()
-        self.server = IngestServer(self.inbox, secret_token_lookup(self._core), host=host, port=port)
+        self.server = IngestServer(self.inbox, host=host, port=port)
         self._url = url
+        self._policy = {"allow": allow, "namespace_opt_in": namespace_opt_in}
         self.handle: PodClusterHandle | None = None
-        self._executor: PodExecutor | None = None
-
-    def _core(self):
-        return self._executor.core()
 
     async def start(self) -> PodClusterHandle:
         """Listen for results; a port already taken is reported on pod Experiments, not fatal."""
@@ -99,9 +102,13 @@ class PodSupport:
         except OSError as error:
             problem = f"the result ingest endpoint cannot listen on port {self.server.port}: {error}"
             log.error("%s; Experiments with executor: pod will not run", problem)
-        self._executor = PodExecutor(self.inbox, self._url or default_ingest_url(self.server.port))
-        self.handle = PodClusterHandle(self._executor, problem)
+        executor = PodExecutor(self.inbox, self._url or default_ingest_url(self.server.port), **self._policy)
+        self.handle = PodClusterHandle(executor, problem)
         return self.handle
 
     async def stop(self) -> None:
         await self.server.stop()
+
+
+POD_EXECUTOR_OFF = ("executor: pod is disabled in this operator: start it with --pod-executor "
+                    "(the chart: podExecutor.enabled=true)")

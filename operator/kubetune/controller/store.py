@@ -27,6 +27,9 @@ class Store(Protocol):
     async def event(self, kind: str, reason: str, message: str) -> None:
         """Record something a human should see (Kubernetes Event; a log line locally)."""
 
+    async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
+        """The same, about one Trial (an Event on the Trial)."""
+
 
 class MemoryStore:
     """In-process store for ``kubetune run``: the same shapes, held in dicts."""
@@ -63,3 +66,6 @@ class MemoryStore:
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._on_event is not None:
             self._on_event(kind, reason, message)
+
+    async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
+        await self.event(kind, reason, message)

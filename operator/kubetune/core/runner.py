@@ -452,8 +452,9 @@ class TrialRunner:
             return None
         return None if f"/{self.owner(name)}/" in trial.checkpoint else trial.checkpoint
 
-    def on_checkpoint_cloned(self, name: str, source: str, location: str) -> bool:
-        """The trial's borrowed checkpoint ``source`` now has a copy of its own at ``location``."""
+    def on_checkpoint_cloned(self, name: str, source: str, location: str | None) -> bool:
+        """The trial's borrowed checkpoint ``source`` now has a copy of its own at ``location``
+        (None: ``source`` was refused, outside the Experiment's storage; it starts afresh)."""
         trial = self._trials.get(name)
         if trial is None or trial.phase.is_terminal or trial.checkpoint != source:
             return False

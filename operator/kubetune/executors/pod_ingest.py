@@ -7,9 +7,23 @@
 
 Answers: 200 ``{"accepted": true}`` (``false`` with ``"duplicate": true`` for a seq
 already received: a retry after a lost answer is not counted twice); 400 for a
-malformed body; 403 when the token is not that trial's (nothing is recorded); 409
-``{"stop": true}`` for a result of an attempt that was replaced; 410 ``{"stop":
-true}`` once the trial was told to stop.
+malformed body or a seq/iteration out of bounds; 403 when the token is not that
+trial's (nothing is recorded, the body is not even read); 503 with ``Retry-After``
+for a trial this operator process does not know (yet: after a restart it learns a
+running trial's token at its first poll); 409 ``{"stop": true}`` for a result of an
+attempt that was replaced; 410 ``{"stop": true}`` once the trial was told to stop;
+429 with ``Retry-After`` when the trial's buffer is full.
+
+The endpoint runs only when the operator's pod executor is on (``--pod-executor``),
+and costs no Kubernetes API call and no thread: a token is checked against the
+SHA-256 the inbox holds for that one trial (constant-time compare), learnt when the
+executor created the trial's Secret or, after a restart, read once by the executor's
+poll.  A flood of bogus POSTs therefore costs the event loop a dictionary lookup
+each, not the thread pool every controller shares.  Limits (ingest_http.py for the
+connection-level ones): headers within 5 s, a body of at most ``MAX_BODY_BYTES``
+within 10 s, 256 connections at once, per trial ``MAX_BUFFERED_PER_TRIAL`` results
+or ``MAX_BUFFERED_BYTES_PER_TRIAL`` bytes waiting for the controller, ``seq`` and
+``iteration`` below ``MAX_SEQ``, a checkpoint location of ``MAX_CHECKPOINT_CHARS``.
 
 ``ResultInbox`` buffers what arrived, by trial and seq, until the pod executor's
 ``poll`` hands it to the controller (which records each seq once).  The buffer
@@ -18,32 +32,42 @@ are lost if the operator dies in between (at most a few seconds of reports).
 """
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import hmac
 import json
 import logging
+import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.core.types import Result
+from kubetune.executors.ingest_http import BoundedHttpServer, HttpError
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
-MAX_BUFFERED_PER_TRIAL = 10_000
+MAX_BUFFERED_PER_TRIAL = 1_000
+MAX_BUFFERED_BYTES_PER_TRIAL = 8 << 20
+MAX_SEQ = 2 ** 31 - 1           # seq and iteration: what a 32-bit counter holds, far beyond any run
+MAX_CHECKPOINT_CHARS = 4096
+RETRY_AFTER_S = 2
+_PATH = re.compile(r"^/v1/results/([a-z0-9][a-z0-9.-]{0,252})/([a-z0-9][a-z0-9.-]{0,252})$")
 
-# (namespace, trial) -> (experiment, token), or None if that trial has no token
-TokenLookup = Callable[[str, str], Awaitable[tuple[str, str] | None]]
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
 
 
 @dataclass
 class _Box:
     experiment: str
-    token: str
+    token_hash: bytes | None          # None: no token accepted (a stdout trial adopted after a restart)
     attempt: int | None = None
     results: dict[int, Result] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)     # seq -> bytes its body took
     taken: int = -1                  # highest seq the controller has seen
     stopped: bool = False
     checkpoint: str | None = None    # latest checkpoint reported by the current attempt
@@ -61,20 +85,42 @@ class ResultInbox:
         """A new attempt starts: it reports seqs after ``after_seq``; older attempts are refused."""
         namespace, experiment, trial = trial_key.split("/")
         with self._lock:
-            self._boxes[(namespace, trial)] = _Box(experiment, token, attempt, taken=after_seq)
+            self._boxes[(namespace, trial)] = _Box(experiment, token_hash(token), attempt, taken=after_seq)
 
     def adopt(self, namespace: str, trial: str, experiment: str, token: str) -> _Box:
-        """A trial this process did not start (the operator restarted): accept its results."""
+        """A trial this process did not start (the operator restarted): accept its results
+        (with ``token``; "" accepts none by HTTP, e.g. a stdout trial read from its log)."""
         with self._lock:
-            return self._boxes.setdefault((namespace, trial), _Box(experiment, token))
+            box = self._boxes.setdefault((namespace, trial), _Box(experiment, None))
+            if token and box.token_hash is None:
+                box.token_hash = token_hash(token)
+            return box
 
     def token(self, namespace: str, trial: str) -> str | None:
+        """The SHA-256 (hex) of the trial's token, "" when it accepts none, None when unknown."""
         with self._lock:
             box = self._boxes.get((namespace, trial))
-            return box.token if box else None
+            if box is None:
+                return None
+            return box.token_hash.hex() if box.token_hash else ""
 
-    def offer(self, namespace: str, trial: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def authorize(self, namespace: str, trial: str, offered: str) -> bool | None:
+        """Whether ``offered`` is this trial's token; None when the trial is unknown here."""
+        with self._lock:
+            box = self._boxes.get((namespace, trial))
+            expected = box.token_hash if box else None
+        if box is None:
+            return None
+        # compare digests: constant time, and the same length whatever was offered
+        return expected is not None and hmac.compare_digest(token_hash(offered), expected)
+
+    def offer(self, namespace: str, trial: str, body: dict[str, Any],
+              size: int | None = None) -> tuple[int, dict[str, Any]]:
         """Buffer one validated result of an authenticated trial; (HTTP status, answer)."""
+        problem = _bounds(body)
+        if problem:
+            return 400, {"error": problem}
+        size = size if size is not None else len(json.dumps(body, default=str))
         with self._lock:
             box = self._boxes.get((namespace, trial))
             if box is None:
@@ -89,11 +135,14 @@ class ResultInbox:
             seq = body["seq"]
             if seq <= box.taken or seq in box.results:
                 return 200, {"accepted": False, "duplicate": True}
-            if len(box.results) >= MAX_BUFFERED_PER_TRIAL:
-                return 429, {"error": "too many results waiting; retry later"}
+            if len(box.results) >= MAX_BUFFERED_PER_TRIAL \
+                    or sum(box.sizes.values()) + size > MAX_BUFFERED_BYTES_PER_TRIAL:
+                return 429, {"error": "too many results waiting for the operator; retry later",
+                             "retryAfterSeconds": RETRY_AFTER_S}
             box.results[seq] = Result(seq=seq, iteration=body["iteration"], metrics=body["metrics"],
                                       timestamp=body.get("timestamp") or time.time(),
                                       checkpoint=body.get("checkpoint"), attempt=attempt)
+            box.sizes[seq] = size
             if body.get("checkpoint"):
                 box.checkpoint = body["checkpoint"]
             box.iteration = body["iteration"]
@@ -108,6 +157,7 @@ class ResultInbox:
                 return ()
             for seq in [s for s in box.results if s <= after_seq]:
                 del box.results[seq]
+                box.sizes.pop(seq, None)
             box.taken = max(box.taken, after_seq)
             return tuple(box.results[s] for s in sorted(box.results)[:limit])
 
@@ -126,6 +176,7 @@ class ResultInbox:
             if box is not None:
                 box.stopped = True
                 box.results.clear()
+                box.sizes.clear()
 
     def forget(self, prefix: str) -> None:
         """Drop every trial under ``"<namespace>/<experiment>/"`` (the Experiment is gone)."""
@@ -136,118 +187,90 @@ class ResultInbox:
                 del self._boxes[key]
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bounds(body: Mapping[str, Any]) -> str:
+    """Why a result's counters or location are out of bounds, or "" (both ingest paths)."""
+    if body["seq"] > MAX_SEQ:
+        return f"seq: at most {MAX_SEQ}"
+    if body["iteration"] > MAX_SEQ:
+        return f"iteration: at most {MAX_SEQ}"
+    if isinstance(body.get("checkpoint"), str) and len(body["checkpoint"]) > MAX_CHECKPOINT_CHARS:
+        return f"checkpoint: a location of at most {MAX_CHECKPOINT_CHARS} characters"
+    return ""
+
+
 def _validate(body: Any) -> str:
     """Why ``body`` is not a result, or ""."""
     if not isinstance(body, dict):
         return "the body must be a JSON object"
-    if not isinstance(body.get("seq"), int) or isinstance(body.get("seq"), bool) or body["seq"] < 0:
-        return "seq: required, an integer >= 0"
-    if not isinstance(body.get("iteration"), int) or isinstance(body.get("iteration"), bool) \
-            or body["iteration"] < 1:
-        return "iteration: required, an integer >= 1"
+    if not _count(body.get("seq")) or not 0 <= body["seq"] <= MAX_SEQ:
+        return f"seq: required, an integer from 0 to {MAX_SEQ}"
+    if not _count(body.get("iteration")) or not 1 <= body["iteration"] <= MAX_SEQ:
+        return f"iteration: required, an integer from 1 to {MAX_SEQ}"
     if not isinstance(body.get("metrics"), dict):
         return "metrics: required, an object"
     if body.get("checkpoint") is not None and not isinstance(body["checkpoint"], str):
         return "checkpoint: a string (a location) when given"
-    if body.get("attempt") is not None and (not isinstance(body["attempt"], int) or body["attempt"] < 0):
-        return "attempt: an integer >= 0 when given"
-    if body.get("timestamp") is not None and not isinstance(body["timestamp"], (int, float)):
+    if body.get("attempt") is not None and (not _count(body["attempt"]) or not 0 <= body["attempt"] <= MAX_SEQ):
+        return f"attempt: an integer from 0 to {MAX_SEQ} when given"
+    if body.get("timestamp") is not None and (not isinstance(body["timestamp"], (int, float))
+                                              or isinstance(body["timestamp"], bool)
+                                              or not math.isfinite(body["timestamp"])):
         return "timestamp: a number (seconds since the epoch) when given"
-    return ""
+    return _bounds(body)
 
 
 class IngestServer:
-    """The HTTP endpoint trial pods report to (aiohttp, in the operator's event loop)."""
+    """The HTTP endpoint trial pods report to, in the operator's event loop."""
 
-    def __init__(self, inbox: ResultInbox, lookup: TokenLookup, *, host: str = "0.0.0.0", port: int = 8081):
+    def __init__(self, inbox: ResultInbox, *, host: str = "0.0.0.0", port: int = 8081, **limits: float) -> None:
         self.inbox = inbox
-        self._lookup = lookup
-        self.host = host
-        self.port = port
-        self._runner = None
+        self._http = BoundedHttpServer(self._handle, host=host, port=port, max_body_bytes=MAX_BODY_BYTES,
+                                       **limits)
+
+    @property
+    def host(self) -> str:
+        return self._http.host
+
+    @property
+    def port(self) -> int:
+        return self._http.port
 
     async def start(self) -> None:
-        from aiohttp import web
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/v1/results/{namespace}/{trial}", self._post_result)
-        app.router.add_get("/healthz", self._healthz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        if self.port == 0:   # an ephemeral port: say which one
-            self.port = site._server.sockets[0].getsockname()[1]
+        await self._http.start()
         log.info("result ingest listening on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.stop()
 
-    async def _healthz(self, request):
-        from aiohttp import web
-        return web.Response(text="ok")
-
-    async def _post_result(self, request):
-        from aiohttp import web
-        namespace, trial = request.match_info["namespace"], request.match_info["trial"]
-        if not await self._authorized(namespace, trial, request.headers.get("Authorization", "")):
-            return web.json_response({"error": f"not authorized to report for {namespace}/{trial}"}, status=403)
+    async def _handle(self, method: str, path: str, headers: Mapping[str, str],
+                      read_body: Callable[[], Awaitable[bytes]]) -> tuple[int, Any, Mapping[str, str]]:
+        if path == "/healthz":
+            return 200, "ok", {}
+        match = _PATH.match(path)
+        if match is None:
+            return 404, {"error": "POST /v1/results/<namespace>/<trial>"}, {}
+        if method != "POST":
+            return 405, {"error": "POST only"}, {}
+        namespace, trial = match.groups()
+        scheme, _, offered = headers.get("authorization", "").partition(" ")
+        allowed = self.inbox.authorize(namespace, trial, offered.strip()) \
+            if scheme.lower() == "bearer" and offered.strip() else False
+        if allowed is None:
+            return 503, {"error": f"trial {namespace}/{trial} is not known to this operator (yet); retry"}, \
+                {"Retry-After": str(RETRY_AFTER_S)}
+        if not allowed:
+            return 403, {"error": f"not authorized to report for {namespace}/{trial}"}, {}
+        raw = await read_body()
         try:
-            body = json.loads(await request.read())
+            body = json.loads(raw)
         except ValueError as error:
-            return web.json_response({"error": f"the body is not JSON: {error}"}, status=400)
+            raise HttpError(400, f"the body is not JSON: {error}") from None
         problem = _validate(body)
         if problem:
-            return web.json_response({"error": problem}, status=400)
-        status, answer = self.inbox.offer(namespace, trial, body)
-        return web.json_response(answer, status=status)
-
-    async def _authorized(self, namespace: str, trial: str, header: str) -> bool:
-        scheme, _, offered = header.partition(" ")
-        if scheme.lower() != "bearer" or not offered.strip():
-            return False
-        expected = self.inbox.token(namespace, trial)
-        if expected is None:      # a trial started before this operator process: ask its Secret
-            try:
-                found = await self._lookup(namespace, trial)
-            except Exception:  # noqa: BLE001 - cannot check the token: refuse, the client retries
-                log.exception("looking up the token of %s/%s", namespace, trial)
-                return False
-            if found is None:
-                return False
-            experiment, expected = found
-            expected = self.inbox.adopt(namespace, trial, experiment, expected).token
-        return hmac.compare_digest(offered.strip().encode(), expected.encode())
-
-
-def secret_token_lookup(core_api_factory: Callable[[], Any]) -> TokenLookup:
-    """Look a trial's token up in its Secret (``<trial>-token``, labelled with its experiment)."""
-    from kubernetes.client.exceptions import ApiException
-
-    from kubetune.executors.pod_spec import LABEL_EXPERIMENT, TOKEN_KEY, secret_name
-
-    def read(namespace: str, trial: str) -> tuple[str, str] | None:
-        import base64
-        try:
-            secret = core_api_factory().read_namespaced_secret(secret_name(trial), namespace)
-        except ApiException as error:
-            if error.status in (403, 404):
-                return None
-            raise
-        labels = secret.metadata.labels or {}
-        data = secret.data or {}
-        owned = any(ref.kind == "Trial" and ref.name == trial for ref in secret.metadata.owner_references or [])
-        if not owned or LABEL_EXPERIMENT not in labels or TOKEN_KEY not in data:
-            return None
-        return labels[LABEL_EXPERIMENT], base64.b64decode(data[TOKEN_KEY]).decode()
-
-    async def lookup(namespace: str, trial: str) -> tuple[str, str] | None:
-        return await asyncio.to_thread(read, namespace, trial)
-
-    return lookup
+            return 400, {"error": problem}, {}
+        status, answer = self.inbox.offer(namespace, trial, body, size=len(raw))
+        return status, answer, ({"Retry-After": str(RETRY_AFTER_S)} if status == 429 else {})

@@ -25,6 +25,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
+from kubetune.spec.pod_policy import restricted_defaults
 
 LABEL_EXPERIMENT = "kubetune.dev/experiment"
 LABEL_TRIAL = "kubetune.dev/trial"
@@ -152,7 +153,9 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
 
     ``env`` holds kubetune's own variables (ingest URL, attempt, ...); the token comes
     from the trial's Secret, never inline.  The first container gets
-    ``spec.trial.resources`` unless the template sets its resources itself.
+    ``spec.trial.resources`` unless the template sets its resources itself.  Whatever
+    the template leaves unset gets the restricted profile's value (spec/pod_policy.py);
+    what it may set at all is checked before (``PodExecutor.policy_violations``).
     """
     if not template or not (template.get("spec") or {}).get("containers"):
         raise PodSpecError("spec.trial.template.spec.containers: required for the pod executor: "
@@ -165,6 +168,12 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
     ours = [{"name": name, "value": escape_expansion(value)} for name, value in env.items()]
     ours.append({"name": "KUBETUNE_TRIAL_TOKEN",
                  "valueFrom": {"secretKeyRef": {"name": secret_name(trial), "key": TOKEN_KEY}}})
+    by_env: dict[str, str] = {}
+    for name in params:
+        other = by_env.setdefault(param_env_name(name), name)
+        if other != name:   # spec/parse.py refuses these at apply; one value would be lost silently
+            raise PodSpecError(f"parameters {other!r} and {name!r} are both passed as {param_env_name(name)}; "
+                               "rename one of them")
     ours += [{"name": param_env_name(name), "value": escape_expansion(format_value(value))}
              for name, value in params.items()]
     names = {item["name"] for item in ours}
@@ -179,6 +188,7 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
             container["volumeMounts"] = [m for m in container.get("volumeMounts") or []
                                          if m.get("name") != CONFIG_VOLUME] + [
                 {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}]
+    spec = restricted_defaults(spec)
     main = spec["containers"][0]
     if not main.get("resources"):
         shaped = container_resources(resources)

@@ -46,6 +46,8 @@ from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo
                                      NodeResources, TrialState, TrialUpdate)
 from kubetune.executors.pod_ingest import ResultInbox
 from kubetune.executors.pod_logs import PodLogFollower, collects_stdout
+from kubetune.k8s.namespaces import namespace_labels
+from kubetune.spec import pod_policy
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,8 @@ class PodExecutor:
     """The Kubernetes-pod implementation of ``executors.base.TrialExecutor``.  Thread-safe."""
 
     def __init__(self, inbox: ResultInbox, ingest_url: str, *, api_client: Any = None,
-                 list_interval_s: float = 1.0) -> None:
+                 list_interval_s: float = 1.0, allow: frozenset[str] = frozenset(),
+                 namespace_opt_in: bool = False) -> None:
         self.address = "pod"
         self.inbox = inbox
         self.ingest_url = ingest_url.rstrip("/")
@@ -79,6 +82,8 @@ class PodExecutor:
         self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
         self._listings: dict[tuple[str, str], _Listing] = {}
+        self.allow = frozenset(allow)                # pod_policy allowances the operator grants
+        self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
         self.log_follower = PodLogFollower(inbox, self.core)
 
     # ---------------------------------------------------------------- connection
@@ -107,6 +112,9 @@ class PodExecutor:
         template = req.pod_template
         if not template:
             raise ExecutorError("spec.trial.template: required for the pod executor (a PodTemplateSpec)")
+        refused = self.policy_violations(namespace, template)
+        if refused:     # the controller refused the spec already; this holds whatever calls start
+            raise ExecutorError("; ".join(refused))
         self.connect()
         owner = self._custom.get_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "trials", trial)
         uid = owner["metadata"]["uid"]
@@ -144,8 +152,6 @@ class PodExecutor:
 
     def _ensure_secret(self, namespace: str, experiment: str, trial: str, uid: str) -> str:
         """The trial's token: kept across attempts and operator restarts."""
-        import base64
-
         from kubernetes.client.exceptions import ApiException
         token = secrets.token_urlsafe(32)
         body = pod_spec.secret_body(namespace, experiment, trial, uid, token)
@@ -157,7 +163,38 @@ class PodExecutor:
                 raise ExecutorError(f"cannot create Secret {pod_spec.secret_name(trial)}: {_reason(error)}") from error
         existing = self._core.read_namespaced_secret(pod_spec.secret_name(trial), namespace)
         self._check_owned(existing.metadata, trial, uid, "Secret")
-        return base64.b64decode((existing.data or {})[pod_spec.TOKEN_KEY]).decode()
+        return _decode_token(existing)
+
+    def policy_violations(self, namespace: str, template: Mapping[str, Any] | None) -> list[str]:
+        """What ``template`` asks for beyond the operator's and the namespace's allowances."""
+        allowed = set(self.allow)
+        if self.namespace_opt_in and pod_policy.violations(template, allowed):
+            allowed |= pod_policy.namespace_allowances(self._labels_of(namespace))
+        return pod_policy.violations(template, allowed)
+
+    def _labels_of(self, namespace: str) -> dict[str, str]:
+        """Read only for a template that asks for more than the operator allows, when it
+        launches: one GET beside the launch's own, and a label change counts at once."""
+        try:
+            return namespace_labels(self.core(), namespace)
+        except Exception as error:  # noqa: BLE001 - unreadable: no opt-in, the restricted profile holds
+            log.warning("reading the labels of namespace %s failed: %s", namespace, error)
+            return {}
+
+    def _adopt(self, namespace: str, experiment: str, trial: str) -> None:
+        """A running trial this process did not start (the operator restarted): learn its
+        token from its Secret, once, here in the executor's thread.  The ingest endpoint
+        itself never calls the API, so a POST for an unknown trial costs nothing."""
+        try:
+            core = self.core()
+            owner = self._custom.get_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "trials", trial)
+            secret = core.read_namespaced_secret(pod_spec.secret_name(trial), namespace)
+            self._check_owned(secret.metadata, trial, owner["metadata"]["uid"], "Secret")
+            token = _decode_token(secret)
+        except Exception as error:  # noqa: BLE001 - its pod's posts get 503 and retry; so do we
+            log.warning("learning the token of trial %s/%s failed: %s", namespace, trial, error)
+            return
+        self.inbox.adopt(namespace, trial, experiment, token)
 
     def _ensure_config_map(self, namespace: str, experiment: str, trial: str, uid: str,
                            config: Mapping[str, Any]) -> None:
@@ -202,6 +239,8 @@ class PodExecutor:
             pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
             if pod is not None and collects_stdout(pod):
                 self.log_follower.track(key, pod)    # an ended pod: its last lines are in the inbox after this
+            elif pod is not None and self.inbox.token(namespace, trial) is None:
+                self._adopt(namespace, experiment, trial)
             results = self.inbox.take(key, after_seq, limit)
             updates[key] = self._update(key, pod, attempt, results, listing.at)
         return updates
@@ -446,6 +485,11 @@ def _attempt_of(pod: Mapping[str, Any]) -> int:
         return int((pod["metadata"].get("labels") or {}).get(pod_spec.LABEL_ATTEMPT, 0))
     except ValueError:
         return 0
+
+
+def _decode_token(secret: Any) -> str:
+    import base64
+    return base64.b64decode((secret.data or {})[pod_spec.TOKEN_KEY]).decode()
 
 
 def _reason(error: Exception) -> str:

@@ -136,3 +136,23 @@ class KubeStore:
         if self._post_event is not None:
             self._post_event(kind, reason, message)
             metrics.event_posted(kind, reason)
+
+    async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
+        """An Event on one Trial (``kubectl describe trial``); a lost one is logged, not raised."""
+        def post() -> None:
+            import datetime
+
+            from kubernetes.client import CoreV1Api
+            body = self._api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, TRIALS, trial)
+            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            CoreV1Api(self._api.api_client).create_namespaced_event(self.namespace, {
+                "metadata": {"generateName": f"{trial}.", "namespace": self.namespace},
+                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trial", "name": trial,
+                                   "namespace": self.namespace, "uid": body["metadata"]["uid"]},
+                "type": kind, "reason": reason, "message": message[:1024], "source": {"component": "kubetune"},
+                "reportingComponent": "kubetune", "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+        try:
+            await asyncio.to_thread(post)
+            metrics.event_posted(kind, reason)
+        except Exception as error:  # noqa: BLE001 - a lost warning must not stop the experiment
+            log.warning("cannot post %s on Trial %s: %s", reason, trial, error)

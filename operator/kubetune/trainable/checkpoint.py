@@ -237,6 +237,47 @@ def materialize(location: str, dest_parent: str | None = None) -> str:
     return target
 
 
+class CheckpointOutsideStorage(CheckpointError):
+    """A reported checkpoint location outside the Experiment's own storage prefix."""
+
+
+def confine(location: str, storage: str, prefix: str) -> str:
+    """``location`` if it lies under ``<storage>/<prefix>/`` (``prefix``: the Experiment's
+    ``<namespace>/<experiment>``), as the path to read it at; else CheckpointOutsideStorage.
+
+    The operator copies and deletes with its own filesystem and cloud credentials, and a
+    trial reports the location: without this, a pod could name the operator's
+    ServiceAccount token directory or another team's bucket and read the copy.  Refused:
+    another scheme or bucket, ``.``/``..`` segments, a query or fragment, and on a
+    filesystem anything whose real path (symlinks resolved) leaves the prefix.
+    """
+    def refuse(why: str) -> CheckpointOutsideStorage:
+        return CheckpointOutsideStorage(f"checkpoint {location[:300]!r} is outside this Experiment's storage "
+                                        f"{_join(storage, prefix)}/ ({why}); the operator copies nothing from there")
+    if has_scheme(storage):
+        from urllib.parse import urlsplit
+        root, found = urlsplit(_join(storage, prefix) + "/"), urlsplit(location)
+        if (found.scheme.lower(), found.netloc) != (root.scheme.lower(), root.netloc):
+            raise refuse("another scheme or bucket")
+        if found.query or found.fragment:
+            raise refuse("a query or fragment")
+        if any(part in (".", "..") for part in found.path.split("/")):
+            raise refuse("a '.' or '..' segment")
+        if not found.path.startswith(root.path) or found.path.rstrip("/") == root.path.rstrip("/"):
+            raise refuse("another prefix")
+        return location
+    if has_scheme(location):
+        raise refuse("a URI, where the storage is a filesystem path")
+    path = _strip_file_scheme(location)
+    if any(part in (".", "..") for part in path.split("/")[1:]):
+        raise refuse("a '.' or '..' segment")
+    root = os.path.realpath(_join(_strip_file_scheme(storage), prefix))
+    real = os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root or real == root:
+        raise refuse("its real path leaves the prefix")
+    return real   # copy from the resolved path: a symlink swapped in later is not followed to the top
+
+
 CLONE_PREFIX = "exploit-"
 _CLONE_TMP_PREFIX = ".exploit-tmp-"     # not ".tmp-": the trial's own retention deletes those
 
@@ -249,6 +290,7 @@ def clone_checkpoint(location: str, storage: str, trial_key: str, iteration: int
     until the trial's storage goes; the trial's earlier copies are removed (it continues
     from this one, and no other trial points into its storage).
     """
+    location = confine(location, storage, "/".join(trial_key.split("/")[:2]))
     trial_dir = _join(_strip_file_scheme(storage), trial_key)
     name = f"{CLONE_PREFIX}{iteration:06d}"
     final = _join(trial_dir, name)
@@ -312,6 +354,8 @@ def clone_checkpoint_or_newer(source: str, storage: str, trial_key: str, iterati
     launch from a path that no longer exists."""
     try:
         return clone_checkpoint(source, storage, trial_key, iteration or 0)
+    except CheckpointOutsideStorage:
+        raise
     except CheckpointError as error:
         parent, _, entry = source.rstrip("/").rpartition("/")
         root = _strip_file_scheme(storage).rstrip("/")

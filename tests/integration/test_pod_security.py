@@ -1,0 +1,222 @@
+"""Pod trials on a shared cluster, against the real operator process and control
+plane: templates asking for more than the restricted profile are refused, naming
+the field, unless the namespace opted in; and the result ingest endpoint under
+abuse: nothing listens when the pod executor is off; half-sent requests are closed
+within the header timeout; a flood of bogus POSTs does not slow another
+Experiment's results down (they cost no API call and no thread)."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+from k8s_helpers import condition, create, trials, wait_condition
+from kube_fixtures import temporary_namespace, wait_for
+from kubetune.devcluster.processes import free_port
+from kubetune.executors.ingest_http import HEADER_TIMEOUT_S
+from operator_fixtures import OperatorProcess
+from test_pbt_checkpoints import history_length, pbt_experiment, running_pods, save
+from test_pods import Container, core, custom, pod_experiment, pods_of  # noqa: F401 (core, custom: fixtures)
+
+pytestmark = pytest.mark.integration
+
+
+def running_container(core, custom, ns: str, name: str, tmp_path) -> Container:
+    create(custom, ns, pod_experiment(name, budget={"maxTrials": 1}, trial={"resources": {"cpu": 0.1}}))
+    pod = wait_for(lambda: next((p for p in pods_of(core, ns, name) if p.status.phase == "Running"), None),
+                   timeout=60, interval=0.2, message=f"the pod of {name}")
+    return Container(core, pod, tmp_path)
+
+
+def escaping(name: str, **escape) -> dict:
+    body = pod_experiment(name, budget={"maxTrials": 1}, trial={"resources": {"cpu": 0.1}})
+    template = body["spec"]["trial"]["template"]["spec"]
+    if "privileged" in escape:
+        template["containers"][0]["securityContext"] = {"privileged": True}
+    if "hostPath" in escape:
+        template["volumes"] = [{"name": "node", "hostPath": {"path": "/var/run"}}]
+    return body
+
+
+def test_a_privileged_or_host_path_template_is_refused_naming_the_field(pod_operator, core, custom, pod_namespace):
+    ns = pod_namespace
+    for body, field in ((escaping("privileged", privileged=True),
+                         "spec.trial.template.spec.containers[0].securityContext.privileged"),
+                        (escaping("hostpath", hostPath=True), "spec.trial.template.spec.volumes[0].hostPath")):
+        name = body["metadata"]["name"]
+        create(custom, ns, body)
+        failed = condition(wait_condition(custom, ns, name, "Failed", timeout=60, operator=pod_operator), "Failed")
+        assert failed["reason"] == "PodSecurityViolation", failed
+        assert failed["message"].startswith(field + ":") and "pod-security.kubetune.dev/allow-" in failed["message"]
+        assert not pods_of(core, ns, name) and not trials(custom, ns, name)
+
+
+def test_a_namespace_opts_in_by_label_and_pods_get_restricted_defaults(pod_operator, core, custom, pod_namespace,
+                                                                       tmp_path):
+    ns = pod_namespace
+    label = "pod-security.kubetune.dev/allow-hostPath"
+    core.patch_namespace(ns, {"metadata": {"labels": {label: "true"}}})
+    try:
+        create(custom, ns, escaping("optedin", hostPath=True))
+        pod = wait_for(lambda: next(iter(pods_of(core, ns, "optedin")), None), timeout=60, interval=0.2,
+                       message="the opted-in trial's pod")
+    finally:
+        core.patch_namespace(ns, {"metadata": {"labels": {label: None}}})
+    assert [v.host_path.path for v in pod.spec.volumes if v.host_path] == ["/var/run"]
+    # what the template left unset is the restricted profile's
+    assert pod.spec.automount_service_account_token is False
+    assert pod.spec.security_context.run_as_non_root is True
+    assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    [container] = pod.spec.containers
+    assert container.security_context.allow_privilege_escalation is False
+    assert container.security_context.capabilities.drop == ["ALL"]
+    # the label is gone: the next escape is refused again
+    create(custom, ns, escaping("optedout", hostPath=True))
+    assert condition(wait_condition(custom, ns, "optedout", "Failed", timeout=60), "Failed")["reason"] \
+        == "PodSecurityViolation"
+
+
+def test_a_reported_checkpoint_outside_the_experiments_storage_is_refused(pod_operator, core, custom,
+                                                                        pod_namespace, tmp_path):
+    """The donor of a PBT exploit reports the operator's own secrets as its checkpoint:
+    the operator copies nothing, the recipient starts afresh, its Trial has a Warning."""
+    ns = pod_namespace
+    create(custom, ns, pbt_experiment("confined"))
+    donor, recipient = sorted((Container(core, p, tmp_path) for p in running_pods(core, ns, "confined", 2)),
+                              key=lambda c: c.trial)
+    secrets = save(tmp_path / "operator-serviceaccount", "the operator's token")
+    assert donor.post({"seq": 0, "iteration": 1, "metrics": {"loss": 0.1}, "checkpoint": secrets, "attempt": 0},
+                      donor.token) == (200, {"accepted": True})
+    wait_for(lambda: history_length(custom, ns, donor.trial) == 1, timeout=30, interval=0.2,
+             message="the donor's result recorded")
+    recipient.session.report({"loss": 0.9}, checkpoint=save(tmp_path / "recipient-1", "recipient at 1"))
+    relaunched = wait_for(lambda: next((p for p in pods_of(core, ns, "confined")
+                                        if p.metadata.name == f"{recipient.trial}-a1"), None),
+                          timeout=60, interval=0.2, message="the exploiting trial's new pod")
+    warning = wait_for(lambda: next(iter(core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=Trial,involvedObject.name={recipient.trial},"
+                           "reason=CheckpointRefused").items), None),
+        timeout=30, interval=0.2, message="the CheckpointRefused Event on the recipient's Trial")
+    assert warning.type == "Warning" and secrets in warning.message and "outside" in warning.message
+    assert "KUBETUNE_CHECKPOINT" not in {e.name for e in relaunched.spec.containers[0].env}
+    storage = pod_operator.workdir / "checkpoints" / ns / "confined" / recipient.trial
+    assert not any(entry.name.startswith("exploit-") for entry in storage.glob("*"))
+
+
+def ingest_port(container: Container) -> int:
+    return int(container.env["KUBETUNE_INGEST_URL"].rsplit(":", 1)[1])
+
+
+def test_with_the_pod_executor_off_nothing_listens_and_pod_experiments_are_refused(gpu_cluster, custom, tmp_path):
+    port = free_port()
+    with temporary_namespace(gpu_cluster, "kt-podsoff-") as ns:
+        process = OperatorProcess(gpu_cluster.kubeconfig, "local", tmp_path, ns,
+                                  extra_args=("--ingest-port", str(port))).start()
+        try:
+            create(custom, ns, pod_experiment("off", budget={"maxTrials": 1}))
+            failed = wait_condition(custom, ns, "off", "Failed", timeout=60, operator=process)
+            assert condition(failed, "Failed")["reason"] == "PodExecutorUnavailable"
+            assert "--pod-executor" in condition(failed, "Failed")["message"]
+            with pytest.raises(ConnectionRefusedError):      # the operator is up, its ingest port is not
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        finally:
+            process.stop_and_report()
+
+
+def test_half_sent_requests_are_closed_within_the_header_timeout(pod_operator, core, custom, pod_namespace,
+                                                                 tmp_path):
+    container = running_container(core, custom, pod_namespace, "slowloris", tmp_path)
+    port = ingest_port(container)
+
+    async def hold(count: int) -> list[float]:
+        async def one() -> float:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"POST /v1/results/{pod_namespace}/{container.trial} HTTP/1.1\r\nHost: x\r\n".encode())
+            await writer.drain()
+            started = time.monotonic()
+            await asyncio.wait_for(reader.read(), HEADER_TIMEOUT_S + 20)    # b"" or a 408: closed by the server
+            writer.close()
+            return time.monotonic() - started
+        return await asyncio.gather(*(one() for _ in range(count)))
+
+    held = asyncio.run(hold(200))
+    print(f"200 half-sent requests closed after {min(held):.2f}..{max(held):.2f}s "
+          f"(header timeout {HEADER_TIMEOUT_S}s)")
+    assert max(held) < HEADER_TIMEOUT_S + 3
+    container.session.report({"loss": 0.5})       # the endpoint still serves the real pod
+    wait_for(lambda: (trials(custom, pod_namespace, "slowloris")[0].get("status") or {}).get("history"),
+             timeout=30, interval=0.2, message="the real result recorded")
+
+
+class Flood:
+    """Bogus POSTs as fast as the endpoint answers, from a thread: unknown trials with
+    random tokens, and another trial with a wrong token."""
+
+    def __init__(self, port: int, namespace: str, victim: str) -> None:
+        self.port, self.namespace, self.victim = port, namespace, victim
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _post(self, n: int) -> None:
+        trial = self.victim if n % 2 else f"bogus-{n}"
+        body = b'{"seq": 0, "iteration": 1, "metrics": {"loss": 0}}'
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            writer.write(f"POST /v1/results/{self.namespace}/{trial} HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer guess-{n}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            await reader.read()
+            writer.close()
+            self.sent += 1
+        except OSError:
+            pass
+
+    async def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            await asyncio.gather(*(self._post(n + i) for i in range(50)))
+            n += 50
+
+    def __enter__(self) -> "Flood":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def result_latency(custom, ns: str, name: str, container: Container, reports: int) -> list[float]:
+    """Seconds from each report's POST to its result on the Trial."""
+    latencies = []
+    for _ in range(reports):
+        before = len((trials(custom, ns, name)[0].get("status") or {}).get("history") or [])
+        started = time.monotonic()
+        container.session.report({"loss": 1.0})
+        wait_for(lambda: len((trials(custom, ns, name)[0].get("status") or {}).get("history") or []) > before,
+                 timeout=60, interval=0.02, message="the result on the Trial")
+        latencies.append(time.monotonic() - started)
+    return latencies
+
+
+def test_a_flood_of_bogus_posts_does_not_slow_another_experiments_results(pod_operator, core, custom,
+                                                                          pod_namespace, tmp_path):
+    ns = pod_namespace
+    measured = running_container(core, custom, ns, "measured", tmp_path)
+    victim = running_container(core, custom, ns, "victim", tmp_path)
+    baseline = result_latency(custom, ns, "measured", measured, 6)
+    with Flood(ingest_port(measured), ns, victim.trial) as flood:
+        wait_for(lambda: flood.sent >= 50, timeout=60, interval=0.1, message="the flood under way")
+        flooded = result_latency(custom, ns, "measured", measured, 6)
+        sent = flood.sent
+    print(f"result latency: median {statistics.median(baseline):.3f}s alone, "
+          f"{statistics.median(flooded):.3f}s under a flood ({sent} bogus POSTs); "
+          f"alone {[round(x, 3) for x in baseline]}, flooded {[round(x, 3) for x in flooded]}")
+    assert sent >= 1000
+    assert statistics.median(flooded) <= 2 * statistics.median(baseline)
+    # the victim's own token still works: the flood made it no wrong-token lockout
+    victim.session.report({"loss": 0.1})
