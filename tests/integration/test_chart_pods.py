@@ -156,7 +156,7 @@ def refused_at_apply(core, custom, ns: str) -> None:
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "privileged")  # not active yet
         return None
     error = wait_for(refusal, timeout=30, interval=0.5, message="the admission policy in force")
-    assert error.status == 422, error.body
+    assert error.status == 403, error.body      # the policy's reason: Forbidden
     assert "spec.trial.template.spec.containers[train].securityContext.privileged: refused" in error.body
 
     host_path = pod_experiment("hostpath", budget={"maxTrials": 1})
@@ -178,7 +178,7 @@ def _created(custom, ns: str, body: dict) -> bool:
         create(custom, ns, body)
         return True
     except ApiException as error:
-        assert error.status == 422, error.body
+        assert error.status == 403, error.body
         return False
 
 

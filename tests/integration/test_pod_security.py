@@ -156,8 +156,9 @@ class Flood:
     """Bogus POSTs as fast as the endpoint answers, from a thread: unknown trials with
     random tokens, and another trial with a wrong token."""
 
-    def __init__(self, port: int, namespace: str, victim: str) -> None:
+    def __init__(self, port: int, namespace: str, victim: str, concurrency: int = 1000) -> None:
         self.port, self.namespace, self.victim = port, namespace, victim
+        self.concurrency = concurrency
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -168,7 +169,8 @@ class Flood:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
             writer.write(f"POST /v1/results/{self.namespace}/{trial} HTTP/1.1\r\nHost: x\r\n"
-                         f"Authorization: Bearer guess-{n}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+                         f"Authorization: Bearer guess-{n}\r\nContent-Length: {len(body)}\r\n"
+                         "Connection: close\r\n\r\n".encode() + body)
             await reader.read()
             writer.close()
             self.sent += 1
@@ -176,10 +178,23 @@ class Flood:
             pass
 
     async def _run(self) -> None:
+        """``concurrency`` POSTs in flight all the time: a new one as each is answered."""
+        slots = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task] = set()
+
+        async def one(n: int) -> None:
+            try:
+                await self._post(n)
+            finally:
+                slots.release()
         n = 0
         while not self._stop.is_set():
-            await asyncio.gather(*(self._post(n + i) for i in range(50)))
-            n += 50
+            await slots.acquire()
+            task = asyncio.create_task(one(n))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            n += 1
+        await asyncio.gather(*tasks)
 
     def __enter__(self) -> "Flood":
         self._thread.start()
