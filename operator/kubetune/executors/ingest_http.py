@@ -20,8 +20,10 @@ reads it within the deadline.  It returns (status, JSON-able answer, extra heade
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
+import threading
 from typing import Any, Awaitable, Callable, Mapping
 
 log = logging.getLogger(__name__)
@@ -56,18 +58,48 @@ class BoundedHttpServer:
         self.header_timeout_s = header_timeout_s
         self.body_timeout_s = body_timeout_s
         self.max_connections = max_connections
-        self._open = 0
+        self._open = 0                      # connections held now (touched by the server's thread only)
         self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEADER_BYTES)
+        """Listen, on an event loop of its own in its own thread: however busy the endpoint
+        is, the operator's loop (every controller) is not the one serving it."""
+        ready: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="kubetune-ingest", daemon=True)
+        self._thread.start()
+        await asyncio.wrap_future(ready)     # an OSError (port taken) is raised here
+
+    def _run(self, ready: concurrent.futures.Future) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEADER_BYTES))
+        except BaseException as error:  # noqa: BLE001 - handed to start()
+            loop.close()
+            ready.set_exception(error)
+            return
         if self.port == 0:   # an ephemeral port: say which one
             self.port = self._server.sockets[0].getsockname()[1]
+        self._loop = loop
+        ready.set_result(None)
+        try:
+            loop.run_forever()
+        finally:   # close held connections with the loop, not after it
+            self._server.close()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join, 10)
+            self._loop = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= self.max_connections:
@@ -77,6 +109,8 @@ class BoundedHttpServer:
         try:
             await self._one_request(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:   # the server stops: the connection goes with it
             pass
         except Exception:  # noqa: BLE001 - one bad request must not end the server
             log.exception("ingest request failed")

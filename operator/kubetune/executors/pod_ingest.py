@@ -15,11 +15,12 @@ attempt that was replaced; 410 ``{"stop": true}`` once the trial was told to sto
 429 with ``Retry-After`` when the trial's buffer is full.
 
 The endpoint runs only when the operator's pod executor is on (``--pod-executor``),
-and costs no Kubernetes API call and no thread: a token is checked against the
+on an event loop of its own in its own thread (ingest_http.py), and costs no
+Kubernetes API call and no worker thread: a token is checked against the
 SHA-256 the inbox holds for that one trial (constant-time compare), learnt when the
 executor created the trial's Secret or, after a restart, read once by the executor's
-poll.  A flood of bogus POSTs therefore costs the event loop a dictionary lookup
-each, not the thread pool every controller shares.  Limits (ingest_http.py for the
+poll.  A flood of bogus POSTs therefore costs the ingest loop a dictionary lookup
+each, not the thread pool or the event loop every controller shares.  Limits (ingest_http.py for the
 connection-level ones): headers within 5 s, a body of at most ``MAX_BODY_BYTES``
 within 10 s, 256 connections at once, per trial ``MAX_BUFFERED_PER_TRIAL`` results
 or ``MAX_BUFFERED_BYTES_PER_TRIAL`` bytes waiting for the controller, ``seq`` and
