@@ -17,6 +17,7 @@ import pytest
 from ingest_flood import Flood
 from k8s_helpers import GROUP, VERSION, condition, create, trials, wait_condition
 from kube_fixtures import temporary_namespace, wait_for
+from kubetune.controller.experiment import IDLE_POLL_SECONDS
 from kubetune.devcluster.processes import free_port
 from kubetune.executors.ingest_http import HEADER_TIMEOUT_S
 from operator_fixtures import OperatorProcess
@@ -195,7 +196,8 @@ def test_a_flood_of_bogus_posts_does_not_slow_another_experiments_results(pod_op
           f"{statistics.median(flooded):.3f}s under a flood ({sent} bogus POSTs answered meanwhile); "
           f"alone {[round(x, 3) for x in baseline]}, flooded {[round(x, 3) for x in flooded]}")
     assert sent >= 200
-    # a baseline below the controllers' poll interval (0.1 s) is scheduler noise on a shared machine
-    assert statistics.median(flooded) <= 2 * max(statistics.median(baseline), 0.1)
+    # a controller polls its running trials every IDLE_POLL_SECONDS when idle: a latency below
+    # that is the poll's phase, and scheduler noise on a shared machine, not a slowdown
+    assert statistics.median(flooded) <= 2 * max(statistics.median(baseline), IDLE_POLL_SECONDS)
     # the victim's own token still works: the flood made it no wrong-token lockout
     victim.session.report({"loss": 0.1})

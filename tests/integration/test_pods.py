@@ -68,7 +68,7 @@ class Container:
         config_file = workdir / f"{self.name}-config.json"
         config_file.write_text(config_map.data["config.json"])
         self.session = PodSession({**self.env, "KUBETUNE_TRIAL_TOKEN": self.token,
-                                   "KUBETUNE_CONFIG_FILE": str(config_file), "KUBETUNE_REPORT_TIMEOUT": "20"})
+                                   "KUBETUNE_CONFIG_FILE": str(config_file), "KUBETUNE_REPORT_TIMEOUT": "60"})
         self.trial = self.env["KUBETUNE_TRIAL"].rsplit("/", 1)[1]
 
     def post(self, body: dict, token: str | None, trial: str | None = None) -> tuple[int, dict]:
@@ -305,7 +305,9 @@ def test_trials_survive_an_operator_restart(pod_operator, core, custom, pod_name
 
     pod_operator.kill()
     pod_operator.start()
-    for container in containers:      # refused connections are retried until the operator is back
+    # refused connections, then 503s until the new leader's first poll learns each trial's
+    # token (after the old Lease expires), are retried until the operator is back
+    for container in containers:
         container.session.report({"loss": 1.0})
         container.exit(0)
     wait_condition(custom, ns, "restart", "Succeeded", timeout=60, operator=pod_operator)
