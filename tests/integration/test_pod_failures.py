@@ -83,14 +83,18 @@ def test_an_image_that_stays_unpullable_fails_the_experiment_fast(pod_operator, 
 
 
 def test_a_pod_forbidden_by_pod_security_fails_the_experiment_naming_it(pod_operator, kubectl, pod_namespace):
-    kubectl("label", "namespace", pod_namespace, "pod-security.kubernetes.io/enforce=baseline", "--overwrite")
+    # kubetune's own policy lets the namespace have privileged trial pods (its opt-in label):
+    # what refuses the pod here is the API server's Pod Security admission
+    kubectl("label", "namespace", pod_namespace, "pod-security.kubernetes.io/enforce=baseline",
+            "pod-security.kubetune.dev/allow-privileged=true", "--overwrite")
     try:
         kubectl("create", "-n", pod_namespace, "-f", "-",
                 input=json.dumps(pod_experiment("privileged", security={"privileged": True})))
         failed = wait_for(lambda: failed_condition(kubectl, pod_namespace, "privileged"), timeout=90,
                           interval=0.5, message="privileged Failed")
     finally:
-        kubectl("label", "namespace", pod_namespace, "pod-security.kubernetes.io/enforce-")
+        kubectl("label", "namespace", pod_namespace, "pod-security.kubernetes.io/enforce-",
+                "pod-security.kubetune.dev/allow-privileged-")
     assert failed["reason"] == "SystematicFailure", failed
     assert "the trial pod is refused" in failed["message"] and "PodSecurity" in failed["message"], failed
     assert "most often PodRefused (" in failed["message"]
