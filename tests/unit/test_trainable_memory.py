@@ -177,3 +177,18 @@ def test_an_error_with_a_huge_message_is_cut():
     runner = finished(run(train))
     assert runner.state == "failed" and len(runner.error) < 10_000
     assert runner.error.startswith("ValueError: xxx") and "characters cut]" in runner.error
+
+
+def test_a_worker_with_stray_threads_says_so_when_asked():
+    release = threading.Event()
+
+    def leaky():
+        threading.Thread(target=release.wait, args=(10,), daemon=True).start()
+
+    host = TrialHost("w", "pool", capture_output=False)
+    host.assign(launch_of("ns/e/a", leaky))
+    wait_for(lambda: host.fetch("ns/e/a", 0)["state"] == COMPLETED)
+    host.release("ns/e/a", grace_s=0.0)
+    assert host.describe()["stray_threads"] == 1     # a restarted operator retires it, not pools it
+    release.set()
+    wait_for(lambda: host.describe()["stray_threads"] == 0)

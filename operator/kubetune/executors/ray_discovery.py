@@ -125,10 +125,12 @@ class ActorDiscovery:
                 log.warning("actor %s also hosts %s, which runs on %s: ending it", name, key,
                             self._slots[key].worker.name)
                 self._pool.kill(worker)
-            elif key is None and worker.pool_key:
+            elif key is None and worker.pool_key and not answer.get("stray_threads"):
                 self._pool.give_back(worker)
             elif key is None:
-                self._pool.kill(worker)   # a dedicated actor hosting nothing: a leftover
+                # a dedicated actor hosting nothing (a leftover), or a worker still running
+                # threads of its last trial (retired, see trainable/host.py)
+                self._pool.kill(worker)
 
     def unknown_update(self, key: str) -> TrialUpdate:
         """The update of a trial no known actor hosts: running while an actor of its

@@ -160,7 +160,8 @@ class TrialHost:
                 "attempt": runner.attempt if held else None,
                 "state": runner.state if held else None,
                 "last_seq": runner.last_seq if held else None,
-                "hosted": self._hosted, "attached": attached, "refused": refused}
+                "hosted": self._hosted, "attached": attached, "refused": refused,
+                "stray_threads": len(runner.stray_threads()) if runner is not None else 0}
 
     def _current_output(self):
         # a thread's output goes where its reports go: a stray thread's to its own trial
