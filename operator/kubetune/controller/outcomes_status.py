@@ -99,6 +99,6 @@ def warm_start_condition(outcomes: Outcomes | None, requested: bool) -> list[tup
     if outcomes.warm_start_skipped:
         message += (f"; {outcomes.warm_start_skipped} could not be used: "
                     + "; ".join(outcomes.warm_start_problems))[:MAX_TEXT_CHARS * 3]
-        return [("WarmStarted", outcomes.warm_start_used > 0, "SearchSpaceMismatch", message)]
+        return [("WarmStarted", outcomes.warm_start_used > 0, "SomeTrialsUnusable", message)]
     return [("WarmStarted", outcomes.warm_start_used > 0, "Seeded" if outcomes.warm_start_used else "NoTrials",
              message)]

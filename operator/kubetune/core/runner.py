@@ -18,7 +18,7 @@ from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, FailureTally, wrong_t
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
 from kubetune.core import pareto
-from kubetune.core.search import Searcher, WarmTrial, latest_values, objective_value, record_latest
+from kubetune.core.search import Evaluated, Searcher, WarmTrial, latest_values, objective_value, record_latest
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, PauseTrial, Result,
@@ -187,7 +187,7 @@ class TrialRunner:
 
     def _has_learned(self) -> bool:
         if self.spec.multi_objective:
-            return self._front.get(self) is not None and self._front.get(self).front_size > 0
+            return bool(self._front.get(self).front_size)
         return self._best is not None
 
     # ------------------------------------------------------------------ the loop
@@ -223,7 +223,7 @@ class TrialRunner:
                 decisions += self._reuse(trial, earlier)
         return decisions
 
-    def _reuse(self, trial: TrialInfo, earlier) -> list[Decision]:
+    def _reuse(self, trial: TrialInfo, earlier: Evaluated) -> list[Decision]:
         """Parameters already evaluated (here or in a warm-start Experiment): the Trial
         exists, takes the earlier results and never runs."""
         metrics = {**earlier.metrics, "iteration": 1}
