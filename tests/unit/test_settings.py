@@ -66,6 +66,8 @@ def test_no_environment_setting_has_a_name_a_service_can_define():
 
 def test_the_results_store_url_comes_from_a_flag_or_the_secret_backed_variable(service_links, monkeypatch):
     # even a Service named kubetune-results would define KUBETUNE_RESULTS_PORT..., never _URL
+    # (and `make test` runs this after tests/integration/conftest.py set the variable)
+    monkeypatch.delenv("KUBETUNE_RESULTS_URL", raising=False)
     for key, value in service_link_env("kubetune-results", "10.0.0.238", [("http", 80, "TCP")]).items():
         monkeypatch.setenv(key, value)
     assert cli.build_parser().parse_args(["operator"]).results_url == ""
