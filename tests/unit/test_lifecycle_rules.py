@@ -165,3 +165,23 @@ def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_sa
     assert {k: [e.system_attrs for e in v] for k, v in fast._reached.items()} == \
         {k: [e.system_attrs for e in v] for k, v in full._reached.items()}
     assert fast_s < full_s
+
+
+def test_a_recreated_experiment_gets_a_fresh_controller():
+    from kubetune.controller.store import MemoryStore
+    state = OperatorState(ClusterRegistry("local", lambda address: object()),
+                          store_factory=lambda *_: MemoryStore(), checkpoint_storage="")
+    old = state.controller_for("ns", "e", {"metadata": {"name": "e", "uid": "u1"}})
+    assert state.controller_for("ns", "e", {"metadata": {"name": "e", "uid": "u1"}}) is old
+    new = state.controller_for("ns", "e", {"metadata": {"name": "e", "uid": "u2"}})
+    assert new is not old and old._stopping and not new._stopping
+
+
+def test_a_merge_patch_applied_as_the_api_server_does_gives_the_new_status():
+    from kubetune.controller.merge_patch import apply_merge_patch
+    before = {"phase": "Running", "lastMetrics": {"loss": 1.0, "iteration": 3}, "history": [{"loss": 1.0}],
+              "checkpoint": "/c/3"}
+    after = {"phase": "Running", "history": [], "checkpoint": "/c/3"}      # a retry from scratch
+    stored = {**before}
+    apply_merge_patch(stored, merge_patch(before, after))
+    assert stored == after

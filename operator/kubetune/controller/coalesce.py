@@ -34,6 +34,10 @@ class WriteCoalescer:
         return (written is not None and written.get("phase") == phase
                 and now - self._written_at.get(key, float("-inf")) < self.interval)
 
+    def last_written(self, key: str) -> Mapping[str, Any]:
+        """What was last written (or seeded) for ``key``; {} if nothing."""
+        return self._written.get(key) or {}
+
     def forget(self, key: str) -> None:
         for table in (self._written, self._written_at, self._wanted, self._started_at):
             table.pop(key, None)

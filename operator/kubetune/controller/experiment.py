@@ -369,7 +369,7 @@ class ExperimentController:
         if trial is None:
             return
         status = self._platform_queue.trial_status(name, render.trial_status(trial))
-        await self.store.patch_trial_status(name, status)
+        await self.store.patch_trial_status(name, merge_patch(self._trial_writes.last_written(name), status))
         self._trial_writes.written(name, status, self._clock())
 
     async def _pause(self, decision: PauseTrial) -> None:
@@ -590,7 +590,7 @@ class ExperimentController:
             self._trial_writes.want(name, self._platform_queue.trial_status(name, render.trial_status(trial)))
         self._touched = waiting
         for name, status in self._trial_writes.due(now, force=force):
-            await self.store.patch_trial_status(name, status)
+            await self.store.patch_trial_status(name, merge_patch(self._trial_writes.last_written(name), status))
             self._trial_writes.written(name, status, now)
         await self._flush_experiment(now, force=force)
 

@@ -19,3 +19,14 @@ def merge_patch(previous: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[
         if key not in wanted and previous[key] is not None:
             patch[key] = None
     return patch
+
+
+def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Apply ``patch`` to ``target`` in place as the API server does (null removes)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            apply_merge_patch(target[key], value)
+        else:
+            target[key] = value

@@ -26,16 +26,18 @@ class OperatorState:
         self._store_factory = store_factory
         self._checkpoint_storage = checkpoint_storage
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
+        self._uids: dict[tuple[str, str], str | None] = {}   # of the Experiment each controller serves
 
     def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
         key = (namespace, name)
         known = self.controllers.get(key)
         uid = (body.get("metadata") or {}).get("uid")
-        if known is not None and uid and getattr(known.store, "uid", uid) != uid:
+        if known is not None and uid != self._uids.get(key):
             # an Experiment of that name re-created: a fresh controller, never the old one's state
             known.stop()
             del self.controllers[key]
         if key not in self.controllers:
+            self._uids[key] = uid
             self.controllers[key] = ExperimentController(
                 namespace=namespace, name=name, store=self._store_factory(namespace, name, body),
                 registry=self.registry, body=lambda: body, checkpoint_storage=self._checkpoint_storage,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Mapping, Protocol
 
+from kubetune.controller.merge_patch import apply_merge_patch
+
 
 class Store(Protocol):
     async def list_trials(self) -> list[dict[str, Any]]:
@@ -57,11 +59,11 @@ class MemoryStore:
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.writes += 1
-        self.trials[name]["status"].update(status)
+        apply_merge_patch(self.trials[name]["status"], status)
 
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
         self.writes += 1
-        self.experiment_status.update(status)
+        apply_merge_patch(self.experiment_status, status)
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._on_event is not None:
