@@ -21,10 +21,25 @@ RESULTS: ResultsWriter | None = None  # every result to the results store, from 
 PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint + pod executor)
 
 
-def _executor_factory(address: str):
+_PREPARED: dict = {}   # address -> an executor a standby connected ahead of leading
+
+
+def _new_executor(address: str):
     from kubetune.executors.ray import RayExecutor   # Ray is imported only when needed
     # a running trial no controller has called for this long ends itself (0: never)
     return RayExecutor(address, lease_timeout_s=operator_settings.current().trial_lease_seconds)
+
+
+def _executor_factory(address: str):
+    return _PREPARED.pop(address, None) or _new_executor(address)
+
+
+def prepare_executor(address: str) -> None:
+    """Connect to Ray now (blocking: call it in a thread), for the cluster handle to take
+    when this replica leads: a driver connection only, no actor is touched until then."""
+    executor = _new_executor(address)
+    executor.connect()
+    _PREPARED[address] = executor
 
 
 def _event_poster(body):

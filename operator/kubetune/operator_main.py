@@ -132,6 +132,8 @@ async def _lead(args: argparse.Namespace):
         health = await serve_health(url.port or 8080, url.path or "/healthz", lambda: elector.leading)
     # what a new leader needs first, loaded while it waits: failover is not an import away
     await asyncio.to_thread(importlib.import_module, "kubetune.executors.ray")
+    if args.ray_address != "local":    # and connected: the executor the leader will use
+        await asyncio.to_thread(_connect_ray, args.ray_address, log)
     await elector.acquire()
 
     def lost(why: str) -> None:
@@ -142,3 +144,12 @@ async def _lead(args: argparse.Namespace):
 
     elector.keep_renewing(lost)
     return elector, health
+
+
+def _connect_ray(address: str, log: logging.Logger) -> None:
+    """A standby's Ray connection, in the executor the leader will use."""
+    from kubetune.handlers import prepare_executor
+    try:
+        prepare_executor(address)
+    except Exception as error:  # noqa: BLE001 - the leader connects (and reports) on its own
+        log.warning("standby: cannot connect to Ray at %s yet: %s", address, error)
