@@ -16,11 +16,11 @@ RESUMABLE = "kubetune.examples.resumable:train"
 
 
 def long_running(name: str) -> dict:
-    # a minute of work: far longer than the tests wait for its end
+    # five minutes of work: far longer than the tests wait for its end
     return experiment(name, entrypoint=RESUMABLE, objective={"metric": "loss", "mode": "min"},
                       search_space={"lr": {"choice": [0.1, 0.2]}}, search={"algorithm": "grid"},
                       budget={"maxTrials": 2, "parallelism": 2},
-                      trial={"config": {"iterations": 600, "interval": 0.1}})
+                      trial={"config": {"iterations": 3000, "interval": 0.1}})
 
 
 def running_pids(api, namespace: str, name: str) -> set[int]:
@@ -32,12 +32,12 @@ def running_pids(api, namespace: str, name: str) -> set[int]:
 
 def test_deleted_while_the_operator_was_down(operator, experiments_api, namespace):
     create(experiments_api, namespace, long_running("gone"))
-    pids = wait_for(lambda: running_pids(experiments_api, namespace, "gone"), timeout=60,
+    pids = wait_for(lambda: running_pids(experiments_api, namespace, "gone"), timeout=180,
                     message="both trials running")
     operator.kill()
     experiments_api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "gone")
     operator.start()
-    wait_for(lambda: experiment_gone(experiments_api, namespace, "gone"), timeout=60,
+    wait_for(lambda: experiment_gone(experiments_api, namespace, "gone"), timeout=180,
              message="the Experiment's finalizer released")
     # the finalizer went only once the trials were ended, not merely asked to
     assert not [pid for pid in pids if alive(pid)]
@@ -49,14 +49,14 @@ def test_trials_end_themselves_when_their_operator_is_gone(kube_cluster, ray_loc
                                extra_args=("--trial-lease-seconds", "4"), env={}).start()
     try:
         create(experiments_api, namespace, long_running("lost"))
-        pids = wait_for(lambda: running_pids(experiments_api, namespace, "lost"), timeout=60,
+        pids = wait_for(lambda: running_pids(experiments_api, namespace, "lost"), timeout=180,
                         message="both trials running")
         # the operator is gone for good, and someone forces the Experiment away
         operator.kill()
         experiments_api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "lost",
                                                        {"metadata": {"finalizers": None}})
         experiments_api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "lost")
-        wait_for(lambda: not [pid for pid in pids if alive(pid)], timeout=30,
+        wait_for(lambda: not [pid for pid in pids if alive(pid)], timeout=90,
                  message="the trials to end after their 4 s lease")
     finally:
         operator.stop()

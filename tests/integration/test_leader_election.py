@@ -33,9 +33,9 @@ def test_the_standby_takes_over_when_the_leader_is_killed(replicas, kube_cluster
                                                           namespace):
     leader, standby = replicas
     leader.start()
-    wait_for(lambda: lease_holder(kube_cluster, namespace) == "a", timeout=60, message="a to lead")
+    wait_for(lambda: lease_holder(kube_cluster, namespace) == "a", timeout=180, message="a to lead")
     standby.start()
-    wait_for(lambda: standby.status("/healthz") == 200, timeout=60, message="the standby's health endpoint")
+    wait_for(lambda: standby.status("/healthz") == 200, timeout=180, message="the standby's health endpoint")
     assert standby.status("/readyz") == 503 and lease_holder(kube_cluster, namespace) == "a"
 
     count, iterations = 6, 24
@@ -43,14 +43,14 @@ def test_the_standby_takes_over_when_the_leader_is_killed(replicas, kube_cluster
         "ha", entrypoint=RESUMABLE, objective=LOSS, search_space={"lr": {"loguniform": [0.01, 0.9]}},
         search={"algorithm": "random", "seed": 15}, budget={"maxTrials": count, "parallelism": 3},
         trial={"config": {"iterations": iterations, "interval": 0.25}}))
-    wait_for(lambda: progress(experiments_api, namespace, "ha") >= 12, timeout=90, message="the run under way")
+    wait_for(lambda: progress(experiments_api, namespace, "ha") >= 12, timeout=180, message="the run under way")
     assert leader.status("/readyz") == 200 and standby.status("/readyz") == 503
 
     leader.kill()
     killed_at = time.monotonic()
     before = progress(experiments_api, namespace, "ha")
     # driving again: results recorded that nobody recorded while no replica led
-    wait_for(lambda: progress(experiments_api, namespace, "ha") > before + 3, timeout=60, interval=0.05,
+    wait_for(lambda: progress(experiments_api, namespace, "ha") > before + 3, timeout=180, interval=0.05,
              message="the standby to drive")
     failover = time.monotonic() - killed_at
     assert lease_holder(kube_cluster, namespace) == "b" and standby.status("/readyz") == 200

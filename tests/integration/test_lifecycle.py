@@ -34,8 +34,8 @@ def test_finished_experiments_start_nothing_after_a_restart(operator, experiment
         "goal", objective={"goal": 100.0}, budget={"maxTrials": 5, "parallelism": 1}, trial=QUICK))
     create(experiments_api, namespace, experiment(
         "huge", budget={"maxTrials": 5, "parallelism": 1}, trial={"resources": {"cpu": 1000}, **QUICK}))
-    goal = wait_condition(experiments_api, namespace, "goal", "Succeeded", timeout=60, operator=operator)
-    huge = wait_condition(experiments_api, namespace, "huge", "Failed", timeout=60, operator=operator)
+    goal = wait_condition(experiments_api, namespace, "goal", "Succeeded", timeout=180, operator=operator)
+    huge = wait_condition(experiments_api, namespace, "huge", "Failed", timeout=180, operator=operator)
     assert condition(goal, "Succeeded")["reason"] == "GoalReached"
     assert condition(huge, "Failed")["reason"] == "Infeasible"
     before = {name: [t["metadata"]["uid"] for t in trials(experiments_api, namespace, name)]
@@ -49,7 +49,7 @@ def test_finished_experiments_start_nothing_after_a_restart(operator, experiment
         # has served its Experiments for a while
         marker = f"after-{operator.starts}"
         create(experiments_api, namespace, experiment(marker, budget={"maxTrials": 1}, trial=QUICK))
-        wait_condition(experiments_api, namespace, marker, "Succeeded", timeout=60, operator=operator)
+        wait_condition(experiments_api, namespace, marker, "Succeeded", timeout=180, operator=operator)
         for name in ("goal", "huge"):
             assert [t["metadata"]["uid"] for t in trials(experiments_api, namespace, name)] == before[name]
             body = get_experiment(experiments_api, namespace, name)
@@ -57,13 +57,13 @@ def test_finished_experiments_start_nothing_after_a_restart(operator, experiment
 
     # a spec change that lifts the limit reopens it: more trials for a MaxTrialsReached run
     create(experiments_api, namespace, experiment("more", budget={"maxTrials": 1}, trial=QUICK))
-    wait_condition(experiments_api, namespace, "more", "Succeeded", timeout=60, operator=operator)
+    wait_condition(experiments_api, namespace, "more", "Succeeded", timeout=180, operator=operator)
     operator.kill()
     patch_spec(experiments_api, namespace, "more", {"budget": {"maxTrials": 2}})
     operator.start()
     done = wait_for(lambda: (body := get_experiment(experiments_api, namespace, "more"))["status"].get(
         "trialCounts", {}).get("succeeded") == 2 and condition_met(body, "Succeeded") and body,
-        timeout=60, message="the reopened run to finish its second trial")
+        timeout=180, message="the reopened run to finish its second trial")
     assert len(trials(experiments_api, namespace, "more")) == 2
     assert condition(done, "Succeeded")["observedGeneration"] == done["metadata"]["generation"]
 
@@ -72,13 +72,13 @@ def test_recreated_experiment_never_adopts_the_old_ones_trials(operator, experim
     old = create(experiments_api, namespace, experiment(
         "again", search_space={"x": {"choice": [1.0]}, "y": {"choice": [0.0]}}, search={"algorithm": "grid"},
         budget={"maxTrials": 1}, trial=QUICK))
-    wait_condition(experiments_api, namespace, "again", "Succeeded", timeout=60, operator=operator)
+    wait_condition(experiments_api, namespace, "again", "Succeeded", timeout=180, operator=operator)
     [stale] = trials(experiments_api, namespace, "again")
     # the garbage collector's lag, made long: the old Trial stays while a finalizer holds it
     experiments_api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trials", stale["metadata"]["name"],
                                                    {"metadata": {"finalizers": ["test.kubetune.dev/hold"]}})
     experiments_api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "again")
-    wait_for(lambda: experiment_gone(experiments_api, namespace, "again"), timeout=30, message="old one gone")
+    wait_for(lambda: experiment_gone(experiments_api, namespace, "again"), timeout=90, message="old one gone")
 
     # kubectl apply of the same name, other parameters
     new = create(experiments_api, namespace, experiment(
@@ -86,13 +86,13 @@ def test_recreated_experiment_never_adopts_the_old_ones_trials(operator, experim
         budget={"maxTrials": 1}, trial=QUICK))
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     wait_for(lambda: any(e.reason == "WaitingForEarlierTrial" for e in events(kube_cluster, namespace, "again")),
-             timeout=30, message="the new run to wait for the old Trial")
+             timeout=90, message="the new run to wait for the old Trial")
     body = get_experiment(experiments_api, namespace, "again")
     # nothing of the old run shows: not its phase, not its count
     assert (body.get("status") or {}).get("trialCounts", {}).get("succeeded", 0) == 0
     experiments_api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trials", stale["metadata"]["name"],
                                                    {"metadata": {"finalizers": None}})
-    done = wait_condition(experiments_api, namespace, "again", "Succeeded", timeout=60, operator=operator)
+    done = wait_condition(experiments_api, namespace, "again", "Succeeded", timeout=180, operator=operator)
     [trial] = trials(experiments_api, namespace, "again")
     assert trial["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
     assert trial["spec"]["parameters"] == {"x": 2.0, "y": 0.0}
@@ -105,24 +105,24 @@ def test_conditions_describe_the_current_generation(operator, experiments_api, n
     # (passes the CRD schema; grid search has no grid for a uniform range)
     create(experiments_api, namespace, experiment("fixme", search={"algorithm": "grid"},
                                                   budget={"maxTrials": 1}, trial=QUICK))
-    wait_condition(experiments_api, namespace, "fixme", "Failed", timeout=30, operator=operator)
+    wait_condition(experiments_api, namespace, "fixme", "Failed", timeout=90, operator=operator)
     patch_spec(experiments_api, namespace, "fixme", {"search": {"algorithm": "random"},
                                                      "trial": {"config": {"iterations": 30, "delay": 0.1}}})
-    running = wait_condition(experiments_api, namespace, "fixme", "Running", timeout=60, operator=operator)
+    running = wait_condition(experiments_api, namespace, "fixme", "Running", timeout=180, operator=operator)
     assert running["status"]["phase"] == "Running" and not condition_met(running, "Failed")
-    done = wait_condition(experiments_api, namespace, "fixme", "Succeeded", timeout=60, operator=operator)
+    done = wait_condition(experiments_api, namespace, "fixme", "Succeeded", timeout=180, operator=operator)
     assert condition(done, "Failed")["status"] == "False"
     assert done["status"]["observedGeneration"] == done["metadata"]["generation"] == 2
 
     # a finished run resumed by raising maxTrials: Succeeded and completionTime go while it runs
     create(experiments_api, namespace, experiment(
         "resume", budget={"maxTrials": 1, "parallelism": 1}, trial={"config": {"iterations": 3}}))
-    first = wait_condition(experiments_api, namespace, "resume", "Succeeded", timeout=60, operator=operator)
+    first = wait_condition(experiments_api, namespace, "resume", "Succeeded", timeout=180, operator=operator)
     assert "completionTime" in first["status"]
     patch_spec(experiments_api, namespace, "resume",
                {"budget": {"maxTrials": 3}, "trial": {"config": {"iterations": 40, "delay": 0.1}}})
     running = wait_for(lambda: (body := get_experiment(experiments_api, namespace, "resume"))["status"].get(
-        "trialCounts", {}).get("running") and body, timeout=60, message="the resumed run's trial running")
+        "trialCounts", {}).get("running") and body, timeout=180, message="the resumed run's trial running")
     assert running["status"]["phase"] == "Running"
     assert "completionTime" not in running["status"]
     assert not condition_met(running, "Succeeded")       # kubectl wait does not return
@@ -138,15 +138,15 @@ def test_a_bad_ray_address_fails_only_its_own_experiment(operator, experiments_a
     # the typo comes first: before, its daemon claimed the operator's one Ray connection
     create(experiments_api, namespace, experiment("typo", ray={"address": "ray://no-such-head:10001"},
                                                   budget={"maxTrials": 1}, trial=QUICK))
-    typo = wait_condition(experiments_api, namespace, "typo", "Failed", timeout=30, operator=operator)
+    typo = wait_condition(experiments_api, namespace, "typo", "Failed", timeout=90, operator=operator)
     assert condition(typo, "Failed")["reason"] == "RayAddressUnsupported"
     create(experiments_api, namespace, experiment("fine", budget={"maxTrials": 2}, trial=QUICK))
-    wait_condition(experiments_api, namespace, "fine", "Succeeded", timeout=60, operator=operator)
+    wait_condition(experiments_api, namespace, "fine", "Succeeded", timeout=180, operator=operator)
     # and after a restart, whichever daemon starts first
     operator.kill()
     operator.start()
     create(experiments_api, namespace, experiment("fine-too", budget={"maxTrials": 1}, trial=QUICK))
-    wait_condition(experiments_api, namespace, "fine-too", "Succeeded", timeout=60, operator=operator)
+    wait_condition(experiments_api, namespace, "fine-too", "Succeeded", timeout=180, operator=operator)
     assert get_experiment(experiments_api, namespace, "fine")["status"]["phase"] == "Succeeded"
 
 
@@ -164,7 +164,7 @@ def test_local_ray_inside_a_cluster_needs_the_operators_consent(kube_cluster, ex
         if allowed:
             wait_condition(experiments_api, namespace, "inside", "Succeeded", timeout=120, operator=operator)
         else:
-            failed = wait_condition(experiments_api, namespace, "inside", "Failed", timeout=30, operator=operator)
+            failed = wait_condition(experiments_api, namespace, "inside", "Failed", timeout=90, operator=operator)
             assert "--allow-local-ray" in condition(failed, "Failed")["message"]
             assert trials(experiments_api, namespace, "inside") == []
     finally:
