@@ -39,6 +39,12 @@ RESULTS_PROCESSED = Counter(
 API_WRITES = Counter(
     "kubetune_api_writes_total", "Writes to the Kubernetes API by the controller",
     ["resource", "verb"], registry=REGISTRY)
+API_WRITE_BYTES = Counter(
+    "kubetune_api_write_bytes_total", "Bytes of JSON the controller sent in its writes to the Kubernetes API",
+    ["resource", "verb"], registry=REGISTRY)
+STATUS_WRITE_FAILURES = Counter(
+    "kubetune_status_write_failures_total", "Writes the API server refused (retried with backoff)",
+    ["resource", "reason"], registry=REGISTRY)
 EVENTS = Counter(
     "kubetune_events_total", "Kubernetes Events posted on Experiments", ["type", "reason"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter(
@@ -48,10 +54,16 @@ RECONCILE_ERRORS = Counter(
 
 for _resource, _verb in (("trials", "create"), ("trials", "patch_status"), ("experiments", "patch_status")):
     API_WRITES.labels(_resource, _verb)   # present (at 0) from the first scrape: rate() needs a start
+    API_WRITE_BYTES.labels(_resource, _verb)
 
 
-def api_write(resource: str, verb: str) -> None:
+def api_write(resource: str, verb: str, size: int = 0) -> None:
     API_WRITES.labels(resource, verb).inc()
+    API_WRITE_BYTES.labels(resource, verb).inc(size)
+
+
+def status_write_failed(resource: str, reason: str) -> None:
+    STATUS_WRITE_FAILURES.labels(resource, reason or "Unknown").inc()
 
 
 def event_posted(kind: str, reason: str) -> None:

@@ -1,6 +1,7 @@
 """Small helpers the operator tests share: create Experiments, read Trials, wait."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -68,3 +69,16 @@ def wait_condition(api, namespace: str, name: str, type_: str, *, timeout: float
             print(operator.log()[-8000:])
         print(get_experiment(api, namespace, name).get("status"))
         raise
+
+
+def table(api, namespace: str, plural: str) -> tuple[list[str], list[list]]:
+    """What `kubectl get <plural>` renders: the server-side Table."""
+    request = api.param_serialize(
+        "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"])
+    response = api.call_api(*request)
+    response.read()
+    data = json.loads(response.data)
+    return [c["name"] for c in data["columnDefinitions"] if c["priority"] == 0], \
+        [row["cells"] for row in data["rows"]]

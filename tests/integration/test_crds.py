@@ -12,6 +12,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from k8s_helpers import table
 from kube_fixtures import wait_for
 
 pytestmark = pytest.mark.integration
@@ -278,19 +279,6 @@ def test_malformed_trial_is_rejected(custom, namespace):
 
 # -- printer columns (kubectl get) ---------------------------------------------------------
 
-def table(api, namespace: str, plural: str) -> tuple[list[str], list[list]]:
-    """What `kubectl get <plural>` renders: the server-side Table."""
-    request = api.param_serialize(
-        "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        auth_settings=["BearerToken"])
-    response = api.call_api(*request)
-    response.read()
-    data = json.loads(response.data)
-    return [c["name"] for c in data["columnDefinitions"] if c["priority"] == 0], \
-        [row["cells"] for row in data["rows"]]
-
-
 def test_printer_columns(api, custom, namespace):
     create(custom, namespace, "experiments", EXPERIMENT)
     custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "experiments", "exp", {"status": {
@@ -300,15 +288,15 @@ def test_printer_columns(api, custom, namespace):
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trial", "metadata": {"name": "exp-1"},
         "spec": {"experiment": "exp", "index": 1, "parameters": {"x": 0.5}}})
     custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "trials", "exp-1", {
-        "status": {"phase": "Running", "bestMetric": 0.25, "iteration": 5}})
+        "status": {"phase": "Running", "bestMetric": 0.25, "iteration": 5, "lastObjective": "NaN"}})
 
     columns, rows = table(api, namespace, "experiments")
     assert columns == ["Name", "Phase", "Done", "Running", "Best", "Front", "Age"]
     assert rows[0][:5] == ["exp", "Running", "3/8", 2, 0.25]
 
     columns, rows = table(api, namespace, "trials")
-    assert columns == ["Name", "Experiment", "Phase", "Metric", "Iteration", "Age"]
-    assert rows[0][:5] == ["exp-1", "exp", "Running", 0.25, 5]
+    assert columns == ["Name", "Experiment", "Phase", "Metric", "Last", "Iteration", "Age"]
+    assert rows[0][:6] == ["exp-1", "exp", "Running", 0.25, "NaN", 5]
 
 
 # -- status subresource ------------------------------------------------------------------
@@ -327,8 +315,12 @@ EXPERIMENT_STATUS = {
 
 TRIAL_STATUS = {
     "phase": "Stopped", "reason": "EarlyStopped", "message": "below rung 3 cutoff 0.41",
-    "iteration": 3, "lastResultSeq": 7, "lastMetrics": {"loss": 0.5, "iteration": 3},
-    "bestMetric": 0.5, "history": [{"loss": 0.9, "iteration": 1}, {"loss": 0.5, "iteration": 3}],
+    "iteration": 3, "lastResultSeq": 7, "lastMetrics": {"loss": 0.5, "iteration": 3, "grad": "Infinity"},
+    "lastObjective": 0.5, "bestMetric": 0.5, "bestIteration": 3,
+    "history": [{"loss": "NaN", "iteration": 1}, {"loss": 0.5, "iteration": 3}], "historyStride": 2,
+    "decisionState": {"study": {"steps": [[1, "NaN"], [3, 0.5]], "attrs": {"completed_rung_0": 0.5}},
+                      "scheduler": {"lastPerturbation": 2}},
+    "failureCount": 1,
     "checkpoint": "/tmp/ckpt/3", "attempt": 1,
     "failures": [{"attempt": 0, "reason": "ActorDied", "message": "node lost", "time": "2025-01-01T00:00:00Z"}],
     "parent": "exp-0", "lineage": [{"iteration": 2, "from": "exp-0", "params": {"x": 0.25}}],

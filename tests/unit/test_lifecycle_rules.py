@@ -139,15 +139,28 @@ def test_a_running_trial_nobody_calls_ends_with_its_lease():
 
 @pytest.mark.parametrize("scheduler", [{"type": "asha", "maxIterations": 2000, "gracePeriod": 2},
                                        {"type": "hyperband", "maxIterations": 2000}])
-def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_same_state(scheduler):
+def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_same_state(scheduler, monkeypatch):
     import time
 
+    from kubetune.core import curve
     from kubetune.core.schedulers.base import PrunerScheduler
+    from kubetune.core.types import TrialRecord
 
     spec = make_spec(scheduler=scheduler, budget={"maxTrials": 6, "parallelism": 6})
     first = make_runner(spec)
     Simulator(first, quadratic).run()
-    records = records_of(first)
+    # from the bounded Trial status (decisionState holds the rung values): no replay at all
+    bounded = make_runner(spec)
+    bounded.restore(records_of(first))
+    assert bounded.scheduler._rung_values == first.scheduler._rung_values
+
+    # Trials written before decisionState existed: their whole history, replayed
+    monkeypatch.setattr(curve, "CURVE_POINTS", 10 ** 9)
+    legacy = make_runner(spec)
+    Simulator(legacy, quadratic).run()
+    records = [TrialRecord(name=t.name, index=t.index, params=dict(t.params), phase=t.phase,
+                           history=tuple(t.history), iteration=t.iteration, last_result_seq=t.last_seq)
+               for t in legacy.trials.values()]
     assert sum(len(r.history) for r in records) > 2000
 
     def restored(every_step: bool):
@@ -161,7 +174,7 @@ def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_sa
 
     fast, fast_s = restored(False)
     full, full_s = restored(True)
-    assert fast._rung_values == full._rung_values
+    assert fast._rung_values == full._rung_values == legacy.scheduler._rung_values
     assert {k: [e.system_attrs for e in v] for k, v in fast._reached.items()} == \
         {k: [e.system_attrs for e in v] for k, v in full._reached.items()}
     assert fast_s < full_s

@@ -222,7 +222,8 @@ def test_pbt_explore_resamples_when_asked():
     spec = make_spec(searchSpace={"x": {"uniform": [0, 1]}}, scheduler={"type": "pbt", "resampleProbability": 1.0})
     searcher = Searcher(spec)
     scheduler = PBTScheduler(spec, searcher)
-    values = {round(scheduler.explore({"x": 0.5})["x"], 6) for _ in range(20)}
+    rng = random.Random(0)
+    values = {round(scheduler.explore({"x": 0.5}, rng)["x"], 6) for _ in range(20)}
     assert len(values) > 10 and not values & {0.4, 0.6}
 
 
@@ -240,8 +241,9 @@ def test_pbt_explores_a_huge_integer_range_in_constant_memory(high):
         searcher = Searcher(spec)
         pbt = PBTScheduler(spec, searcher)
         params = searcher.suggest("t0")
+        rng = random.Random(0)
         for _ in range(10):
-            params = pbt.explore(params)
+            params = pbt.explore(params, rng)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

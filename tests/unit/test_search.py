@@ -1,6 +1,7 @@
 """The Optuna-backed Searcher: every algorithm, grids, seeds, and rebuilds without repeats."""
 import importlib.util
 import math
+import random
 
 import optuna
 import pytest
@@ -145,6 +146,7 @@ def test_stopped_and_failed_trials_inform_the_study_as_pruned_and_failed():
 
 def test_resample_stays_in_the_space():
     searcher = Searcher(make("random"))
+    rng = random.Random(0)
     for _ in range(50):
-        params = {name: searcher.resample(name) for name in SPACE}
+        params = {name: searcher.resample(name, rng) for name in SPACE}
         assert in_space(params)

@@ -37,6 +37,10 @@ def test_result_lines_become_ingest_bodies_and_other_output_is_ignored():
     ('KUBETUNE_RESULT {"loss": 1, "iteration": 2.5}', "iteration must be an integer >= 1"),
     ('KUBETUNE_RESULT {"loss": 1, "checkpoint": 3}', "checkpoint must be a string"),
     ('KUBETUNE_RESULT {"iteration": 3}', "no metrics"),
+    ('KUBETUNE_RESULT {"loss": 1, "iteration": 9223372036854775808}', "at most 9223372036854775807"),
+    ('KUBETUNE_RESULT {"loss": 99999999999999999999}', "outside the 64-bit integer range"),
+    ('KUBETUNE_RESULT {"loss": [1, 2]}', "metric 'loss' is a list; report numbers or strings"),
+    ('KUBETUNE_RESULT {"loss": null}', "metric 'loss' is a NoneType"),
     ('KUBETUNE_RESULT {"x": "' + "a" * MAX_LINE_CHARS + '"}', "longer than"),
 ])
 def test_a_malformed_result_line_says_why(line, words):

@@ -1,6 +1,8 @@
 """The function runner without Ray: results, seq/iteration, errors, stop, pause."""
 from __future__ import annotations
 
+import math
+
 import threading
 
 import pytest
@@ -174,19 +176,31 @@ def test_fetch_waits_for_news():
     finished(runner)
 
 
-def test_metrics_are_made_json_friendly_and_bad_ones_fail_the_trial():
+def test_metrics_are_numbers_or_strings_non_finite_ones_too_and_bad_ones_fail_the_trial():
     class Scalar:
         def item(self):
             return 0.25
 
     def train(config):
-        kubetune.report({"a": Scalar(), "b": (1, 2), "c": {"d": True}})
-        kubetune.report({"bad": object()})
+        kubetune.report({"a": Scalar(), "b": "warmup", "nan": math.nan, "inf": -math.inf, "big": 2 ** 63 - 1})
+        kubetune.report({"b": (1, 2)})
 
     batch = finished(run(train)).fetch(0)
-    assert batch["results"][0]["metrics"] == {"a": 0.25, "b": [1, 2], "c": {"d": True}}
+    metrics = batch["results"][0]["metrics"]
+    assert {k: metrics[k] for k in ("a", "b", "inf", "big")} == {"a": 0.25, "b": "warmup", "inf": -math.inf,
+                                                                 "big": 2 ** 63 - 1}
+    assert math.isnan(metrics["nan"])
     assert batch["state"] == FAILED
-    assert batch["error"].startswith("TypeError: kubetune.report(): metric 'bad' is a object")
+    assert batch["error"].startswith("MetricError: metric 'b' is a tuple; report numbers or strings")
+
+
+def test_an_integer_outside_int64_fails_the_trial_with_a_clear_error():
+    def train(config):
+        kubetune.report({"step": 2 ** 64})
+
+    batch = finished(run(train)).fetch(0)
+    assert batch["results"] == [] and batch["state"] == FAILED
+    assert "metric 'step' is 18446744073709551616, outside the 64-bit integer range" in batch["error"]
 
 
 def test_entrypoint_string_is_imported_in_the_trial():

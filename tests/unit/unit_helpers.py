@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from kubetune.core.resources import ResourceLedger, Resources
@@ -48,14 +49,18 @@ def quadratic(params, iteration) -> float:
 
 
 def records_of(runner: TrialRunner) -> list[TrialRecord]:
-    """What the controller would persist on the Trial resources right now."""
-    return [TrialRecord(name=t.name, index=t.index, params=dict(t.params), phase=t.phase,
-                        history=tuple(t.history), checkpoint=t.checkpoint, failures=t.failures,
-                        reason=t.reason, message=t.message, parent=t.parent, attempt=t.attempt,
-                        iteration=t.iteration, last_result_seq=t.last_seq,
-                        checkpoint_iteration=t.checkpoint_iteration, lineage=tuple(t.lineage),
-                        attempt_start=t.attempt_start)
-            for t in runner.trials.values()]
+    """What the controller persists on the Trial resources right now, read back as a
+    restarted operator reads it: rendered, through strict JSON, and parsed again."""
+    from kubetune.controller import render
+    records = []
+    for t in runner.trials.values():
+        status = render.trial_status(t, objective=runner.spec.objective.metric,
+                                     decision_state=runner.decision_state(t.name))
+        body = {"metadata": {"name": t.name},
+                "spec": {"index": t.index, "parameters": dict(t.suggested_params or t.params)},
+                "status": json.loads(json.dumps(status, allow_nan=False))}
+        records.append(render.trial_record(body))
+    return records
 
 
 def of_type(decisions, cls) -> list:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable
 
+from kubetune.core.sanitize import cap_text
+
 
 def rfc3339(timestamp: float) -> str:
     """Seconds since the epoch -> RFC 3339 with microseconds (Kubernetes date-time)."""
@@ -37,7 +39,8 @@ def set_condition(conditions: Iterable[dict[str, Any]], type_: str, status: bool
 
 def _condition(type_: str, status: str, reason: str, message: str, transition: str,
                generation: int | None) -> dict[str, Any]:
-    condition = {"type": type_, "status": status, "reason": reason, "message": message,
+    # at most 1 KiB of message, whatever it quotes (a trial's exception, an API error)
+    condition = {"type": type_, "status": status, "reason": cap_text(reason, 256), "message": cap_text(message or ""),
                  "lastTransitionTime": transition}
     if generation is not None:
         condition["observedGeneration"] = generation

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from typing import Any, Callable, Mapping
@@ -22,9 +23,11 @@ from kubetune.controller.conditions import parse_rfc3339, set_condition
 from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.status_events import status_events
-from kubetune.controller.store import Store
+from kubetune.controller.store import Store, WriteRefused
+from kubetune.controller.write_failures import SURFACE_AFTER, WriteFailures, backoff
 from kubetune.core.runner import TrialRunner
 from kubetune.core.search import warm_trials
+from kubetune.core.sanitize import cap_text
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
                                  StopTrial, TrialPhase, TrialPhaseChanged)
 from kubetune.executors.base import LaunchRequest
@@ -42,6 +45,36 @@ IDLE_POLL_SECONDS = 0.25                # longest pause between polls of running
 POLL_WAIT_SECONDS = 0.05
 # longest a trial's stop, pause or failure waits for the results store to take its results
 RESULTS_SETTLE_SECONDS = 2.0
+
+
+# seconds between comparisons of what runs with what should (more often after a stop)
+RECONCILE_RUNS_SECONDS = 10.0
+FINISH_WAITS_FOR_TRIALS_S = 30.0
+
+
+@dataclasses.dataclass
+class _Effect:
+    """A decision to carry out, retried with backoff until it holds."""
+    decision: Any
+    attempts: int = 0
+    retry_at: float = float("-inf")
+
+    def failed(self, error: Exception, now: float) -> None:
+        self.attempts += 1
+        self.retry_at = now + backoff(self.attempts)
+
+
+def forbidden_message(error: Exception) -> str:
+    """The API's own words for a 403, which name the verb, resource and group the
+    operator's ServiceAccount lacks (``pods is forbidden: User "..." cannot list
+    resource "pods" in API group "" in the namespace "ml"``), and what to do."""
+    body = getattr(error, "body", None) or ""
+    try:
+        text = json.loads(body).get("message") or ""
+    except (ValueError, AttributeError):
+        text = str(body)
+    return cap_text(f"missing permission: {text or error}; grant it to the operator's ServiceAccount "
+                    "(charts/kubetune RBAC values)")
 
 
 class ExperimentController:
@@ -80,6 +113,15 @@ class ExperimentController:
         self._finished_at_start = False  # found finished for its spec: kept so, not restored
         self._cloned: dict[str, tuple[str, str | None]] = {}   # trial -> (donor's checkpoint, its own copy)
         self._unstored: dict[str, int] = {}   # after a restart: trial -> last seq to check in the results store
+        # what runs is compared with what should at start-up, after stops, and every
+        # RECONCILE_RUNS_SECONDS; runs found that should not (and did not end): no launch
+        self._check_runs_at = float("-inf")
+        self._runs_to_end: list[str] = []
+        self._effects: list[_Effect] = []   # decisions not yet carried out (see _apply)
+        self._applying = False
+        self._write_failures = WriteFailures()
+        self._finished_at: float | None = None   # when the finished status first waited for Trial writes
+        self._blocked: tuple[str, str] | None = None   # (reason, message): e.g. a missing permission
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -88,17 +130,63 @@ class ExperimentController:
         self._wakeup.set()
 
     async def run(self, stopped: Callable[[], bool]) -> None:
-        """The reconcile loop; returns when ``stopped()`` turns true."""
+        """The reconcile loop; returns when ``stopped()`` turns true.  It never raises:
+        a cycle that fails is logged, surfaced on the Experiment and retried with
+        backoff (kopf would restart a raising daemon every 60 s with the same state)."""
         idle = 0.01
+        failures = 0
         while not stopped() and not self._stopping:
-            busy = await self.reconcile_once()
-            idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
+            try:
+                busy = await self.reconcile_once()
+                failures = 0
+                if self._blocked is not None:
+                    self._blocked = None
+                    await self._flush_guarded()
+            except Exception as error:  # noqa: BLE001 - see the docstring
+                failures += 1
+                busy = False
+                await self._cycle_failed(error, failures)
+                idle = backoff(failures)
+            else:
+                idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
             except asyncio.TimeoutError:
                 pass
-        await self.flush(force=True)
+        await self._flush_guarded(force=True)
+
+    async def _flush_guarded(self, *, force: bool = False) -> None:
+        try:
+            await self.flush(force=force)
+        except Exception as error:  # noqa: BLE001 - logged; the loop goes on or is ending
+            log.warning("%s/%s: status not written: %s", self.namespace, self.name, error)
+
+    async def _cycle_failed(self, error: Exception, failures: int) -> None:
+        """A reconcile cycle raised.  A missing permission (403) is a Failed condition
+        naming it; anything else a Warning Event the first time; both are retried."""
+        metrics.reconcile_error(type(error).__name__)
+        status = getattr(error, "status", None)
+        if failures == 1:
+            log.exception("%s/%s: reconcile failed; retrying with backoff", self.namespace, self.name)
+        if status == 403:
+            message = forbidden_message(error)
+            if self._blocked != ("Forbidden", message):
+                self._blocked = ("Forbidden", message)
+                if self.runner is None:     # nothing rendered yet: the condition alone
+                    generation = self._body().get("metadata", {}).get("generation")
+                    await self._fail_invalid_spec(message, generation, reason="Forbidden")
+                else:
+                    await self._event_guarded("Warning", "Forbidden", message)
+            await self._flush_guarded()
+        elif failures == 1:
+            await self._event_guarded("Warning", "ReconcileError", f"{type(error).__name__}: {error}")
+
+    async def _event_guarded(self, kind: str, reason: str, message: str) -> None:
+        try:
+            await self.store.event(kind, reason, message)
+        except Exception as error:  # noqa: BLE001 - an Event is a courtesy
+            log.warning("%s/%s: event %s not posted: %s", self.namespace, self.name, reason, error)
 
     def stop(self) -> None:
         """End the loop (its trials keep running)."""
@@ -145,8 +233,7 @@ class ExperimentController:
         now = self._clock()
         busy = False
         try:
-            if not self._orphans_checked:
-                await self._stop_orphans()
+            await self._reconcile_runs(now)
             await self.cluster.refresh_capacity()
             busy |= await self._apply(self.runner.step(now))
             if self._unstored:
@@ -180,7 +267,7 @@ class ExperimentController:
                 await self._fail_invalid_spec(str(error), generation)
             else:   # keep running the last valid spec; say why the edit was not taken
                 self._spec_problem = ("InvalidSpec", str(error))
-                await self.store.event("Warning", "InvalidSpec", str(error))
+                await self._event_guarded("Warning", "InvalidSpec", str(error))
             return
         refused = await self._pod_policy_refusal(spec)
         if refused:
@@ -212,7 +299,7 @@ class ExperimentController:
             rejection = getattr(self.runner, "spec_rejection", None)
             if rejection:
                 self._spec_problem = ("SpecChangeRejected", rejection)
-                await self.store.event("Warning", "SpecChangeRejected", rejection)
+                await self._event_guarded("Warning", "SpecChangeRejected", rejection)
         self.spec = spec
         self._generation = generation
 
@@ -248,7 +335,7 @@ class ExperimentController:
         if runner.searcher.warm_start_problems and not trials:   # once, not at every restart
             outcomes = runner.summary(now).outcomes
             for _, _, reason, message in warm_start_condition(outcomes, True):
-                await self.store.event("Warning", reason, message)
+                await self._event_guarded("Warning", reason, message)
 
     async def _warm_start(self, spec: ExperimentSpec) -> tuple[list, list[str]]:
         """The succeeded trials of the Experiments ``spec.warmStart`` names (read at every
@@ -282,38 +369,90 @@ class ExperimentController:
                                    now=now, generation=generation)
         conditions = set_condition(conditions, "Running", False, reason, message, now=now,
                                    generation=generation)
-        status = {"phase": "Failed", "message": message, "conditions": conditions,
+        status = {"phase": "Failed", "message": cap_text(message), "conditions": conditions,
                   "observedGeneration": generation}
-        await self.store.patch_experiment_status(status)
-        self._experiment_written = {**previous, **status}
-        await self.store.event("Warning", reason, message)
+        if await self._write("Experiment", self.store.patch_experiment_status(status)):
+            self._experiment_written = {**previous, **status}
+        await self._event_guarded("Warning", reason, message)
 
     # ------------------------------------------------------------------ decisions
 
     async def _apply(self, decisions: list) -> bool:
-        for decision in decisions:
-            self._touched.add(getattr(decision, "name", ""))
-            if isinstance(decision, CreateTrial):
-                await self._create_trial(decision)
-            elif isinstance(decision, LaunchTrial):
-                source, copy = self._cloned.get(decision.name, (None, None))
-                if decision.checkpoint is not None and decision.checkpoint == source:
-                    decision = dataclasses.replace(decision, checkpoint=copy)   # decided before the copy
-                await self._launch(decision)
-            elif isinstance(decision, StopTrial):
-                await self._stop(decision)
-            elif isinstance(decision, PauseTrial):
-                await self._pause(decision)
-                if decision.clone_from:
-                    await self._clone_checkpoint(decision.name)
-            elif isinstance(decision, FinishExperiment):
-                kind = "Normal" if decision.phase == "Succeeded" else "Warning"
-                await self.store.event(kind, decision.reason, decision.message)
-                await self._stop_runs_of_finished()   # its pooled workers too: it holds nothing now
-            elif isinstance(decision, TrialPhaseChanged):
-                pass   # written back with the trial's status
-        self._touched.discard("")
+        """Queue the runner's decisions as effects and carry out what can be now.
+
+        Effects are level-triggered (issue 15): each is idempotent (a Trial created
+        twice is the same Trial; a launch attaches to a run that exists; a stop of a
+        stopped run does nothing), so one that fails stays queued and is retried with
+        backoff until it holds, and the effects after it are not lost.  A trial's
+        effects hold in order (its launch waits for its Trial to exist).  No launch
+        goes out while a run the runner stopped or paused may still hold its slot
+        (``_runs_to_end``): see ``_reconcile_runs``."""
+        self._effects.extend(_Effect(decision) for decision in decisions)
+        if not self._applying:   # a nested call (a failed launch's retry) joins the loop below
+            self._applying = True
+            try:
+                await self._carry_out_effects()
+            finally:
+                self._applying = False
         return bool(decisions)
+
+    async def _carry_out_effects(self) -> None:
+        now = self._clock()
+        waiting: set[str] = set()     # trials with an effect not yet held
+        index = 0
+        while index < len(self._effects):
+            effect = self._effects[index]
+            name = getattr(effect.decision, "name", "")
+            launch = isinstance(effect.decision, LaunchTrial)
+            if launch and self._check_runs_at == float("-inf") and name not in waiting:
+                await self._reconcile_runs(now)     # a stop or pause went out: did it hold?
+            held_back = name in waiting or now < effect.retry_at or launch and bool(self._runs_to_end)
+            if not held_back:
+                try:
+                    await self._carry_out(effect.decision)
+                except Exception as error:  # noqa: BLE001 - retried; see _apply
+                    if self._is_connection_error(error):
+                        self.cluster.mark_unavailable(error)
+                    effect.failed(error, now)
+                    log.warning("%s/%s: %s for %s failed (attempt %d, retrying): %s", self.namespace, self.name,
+                                type(effect.decision).__name__, name, effect.attempts, error)
+                    if effect.attempts == SURFACE_AFTER:
+                        await self._event_guarded("Warning", "EffectRetrying",
+                                                  f"{type(effect.decision).__name__} {name}: {error}")
+                else:
+                    del self._effects[index]
+                    continue
+            if name:
+                waiting.add(name)
+            index += 1
+
+    def _pending_effects(self) -> set[str]:
+        """Trials with an effect still to hold: not polled meanwhile (a launch not yet out
+        has no run to ask about)."""
+        return {getattr(effect.decision, "name", "") for effect in self._effects}
+
+    async def _carry_out(self, decision: Any) -> None:
+        name = getattr(decision, "name", "")
+        if name:
+            self._touched.add(name)
+        if isinstance(decision, CreateTrial):
+            await self._create_trial(decision)
+        elif isinstance(decision, LaunchTrial):
+            source, copy = self._cloned.get(decision.name, (None, None))
+            if decision.checkpoint is not None and decision.checkpoint == source:
+                decision = dataclasses.replace(decision, checkpoint=copy)   # decided before the copy
+            await self._launch(decision)
+        elif isinstance(decision, StopTrial):
+            await self._stop(decision)
+        elif isinstance(decision, PauseTrial):
+            await self._pause(decision)
+            if decision.clone_from:
+                await self._clone_checkpoint(decision.name)
+        elif isinstance(decision, FinishExperiment):
+            kind = "Normal" if decision.phase == "Succeeded" else "Warning"
+            await self._event_guarded(kind, decision.reason, decision.message)
+            await self._stop_runs_of_finished()   # its pooled workers too: it holds nothing now
+        # TrialPhaseChanged: written back with the trial's status
 
     async def _create_trial(self, decision: CreateTrial) -> None:
         body = render.trial_body(namespace=self.namespace, experiment=self._body(), name=decision.name,
@@ -357,9 +496,9 @@ class ExperimentController:
             return
         self.runner.on_trial_launched(decision.name, now)
         if decision.attempt == 0 and not decision.checkpoint:
-            await self.store.event("Normal", "TrialLaunched", f"{decision.name} launched with {dict(decision.params)}")
+            await self._event_guarded("Normal", "TrialLaunched", f"{decision.name} launched with {dict(decision.params)}")
         else:
-            await self.store.event("Normal", "TrialRelaunched",
+            await self._event_guarded("Normal", "TrialRelaunched",
                                    f"{decision.name} relaunched (attempt {decision.attempt}) from {decision.checkpoint or 'scratch'}")
 
     async def _persist_trial(self, name: str) -> None:
@@ -368,13 +507,17 @@ class ExperimentController:
         trial = self.runner.trials.get(name)
         if trial is None:
             return
-        status = self._platform_queue.trial_status(name, render.trial_status(trial))
-        await self.store.patch_trial_status(name, merge_patch(self._trial_writes.last_written(name), status))
-        self._trial_writes.written(name, status, self._clock())
+        status = self._trial_status(name)
+        patch = merge_patch(self._trial_writes.last_written(name), status)
+        if await self._write(f"Trial {name}", self.store.patch_trial_status(name, patch)):
+            self._trial_writes.written(name, status, self._clock())
+        else:   # the effect goes ahead (a stop frees its slot); the status is retried
+            self._trial_writes.want(name, status)
 
     async def _pause(self, decision: PauseTrial) -> None:
         await self._settle_results()
         await self._persist_trial(decision.name)
+        self._check_runs_at = float("-inf")
         trial = self.runner.trials[decision.name]
         update = await asyncio.to_thread(self.cluster.executor.pause, self._trial_key(decision.name),
                                          after_seq=trial.last_seq)
@@ -409,25 +552,37 @@ class ExperimentController:
             return
         except Exception as error:  # noqa: BLE001 - storage the operator cannot reach: as before, the donor's
             log.warning("%s/%s: cannot copy %s for %s: %s", self.namespace, self.name, source, name, error)
-            await self.store.event("Warning", "CheckpointNotCopied",
+            await self._event_guarded("Warning", "CheckpointNotCopied",
                                    f"{name}: continues from {source} in place (copy failed: {error})"[:1000])
             return
         if self.runner.on_checkpoint_cloned(name, source, copy):
             self._cloned[name] = (source, copy)
             self._touched.add(name)
 
-    async def _stop_orphans(self) -> None:
-        """After a restart: end the runs of trials that are over, paused or unknown (the
-        operator was killed between recording that and stopping them). Runs of active
-        trials are left alone: launching the trial attaches to its run."""
+    async def _reconcile_runs(self, now: float) -> None:
+        """Compare what runs with what the runner wants running, and end the runs of trials
+        that are over, paused or unknown: after a restart (the operator was killed
+        between recording that and stopping them), and after any stop or pause, since
+        an executor's stop may not hold (Ray unreachable for a moment).  Until such a run
+        is gone, no launch goes out: a stopped trial must not keep its slot while
+        another starts (issue 15: measured 3 running with parallelism 2).  Runs of
+        active trials are left alone: launching the trial attaches to its run."""
+        if now < self._check_runs_at:
+            return
         keys = await asyncio.to_thread(self.cluster.executor.list_trials, self._trial_key(""))
-        active = {name for name in self.runner.active_trials()
-                  if self.runner.trials[name].phase is not TrialPhase.PAUSED}
-        for key in keys:
-            if key.rsplit("/", 1)[1] not in active:
-                log.info("%s/%s: stopping %s: its trial is not running", self.namespace, self.name, key)
-                await asyncio.to_thread(self.cluster.executor.stop, key)
-        self._orphans_checked = True
+        extra = [key for key in keys if not self._should_run(key.rsplit("/", 1)[1])]
+        for key in extra:
+            log.info("%s/%s: stopping %s: its trial is not running", self.namespace, self.name, key)
+            await asyncio.to_thread(self.cluster.executor.stop, key)
+        if extra:
+            keys = await asyncio.to_thread(self.cluster.executor.list_trials, self._trial_key(""))
+            extra = [key for key in keys if not self._should_run(key.rsplit("/", 1)[1])]
+        self._runs_to_end = extra
+        self._check_runs_at = now + (backoff(2) if extra else RECONCILE_RUNS_SECONDS)
+
+    def _should_run(self, name: str) -> bool:
+        trial = self.runner.trials.get(name)
+        return trial is not None and not trial.phase.is_terminal and trial.phase is not TrialPhase.PAUSED
 
     async def _stop_runs_of_finished(self) -> None:
         """A finished Experiment has no live trial: end whatever still runs under it (an
@@ -461,25 +616,27 @@ class ExperimentController:
                 log.warning("%s/%s: cannot delete the checkpoints of %s: %s", self.namespace, self.name, name, error)
             else:
                 if announce:   # not again for trials an earlier operator process ended
-                    await self.store.event("Normal", "CheckpointsDeleted",
+                    await self._event_guarded("Normal", "CheckpointsDeleted",
                                            f"{name}: its checkpoints were removed (checkpoint.deleteOnCompletion)")
             self._checkpoints_to_delete.pop(name, None)
 
     async def _stop(self, decision: StopTrial) -> None:
         await self._settle_results()
         await self._persist_trial(decision.name)
+        self._check_runs_at = float("-inf")    # make sure it ended before the next launch
         await asyncio.to_thread(self.cluster.executor.stop, self._trial_key(decision.name))
         if self.spec.checkpoint.delete_on_completion:
             self._checkpoints_to_delete[decision.name] = True
         if decision.phase is TrialPhase.FAILED:
-            await self.store.event("Warning", "TrialFailed", f"{decision.name}: {decision.reason}: {decision.message}"[:1000])
+            await self._event_guarded("Warning", "TrialFailed", f"{decision.name}: {decision.reason}: {decision.message}")
         elif decision.phase is TrialPhase.STOPPED:
-            await self.store.event("Normal", decision.reason or "TrialStopped", f"{decision.name}: {decision.message}"[:1000])
+            await self._event_guarded("Normal", decision.reason or "TrialStopped", f"{decision.name}: {decision.message}")
 
     # ------------------------------------------------------------------ results
 
     async def _poll_running(self) -> bool:
-        running = self.runner.running_trials()
+        pending = self._pending_effects()
+        running = [name for name in self.runner.running_trials() if name not in pending]
         if not running:
             return False
         cursors = {self._trial_key(name): self.runner.trials[name].last_seq for name in running}
@@ -587,12 +744,28 @@ class ExperimentController:
             if not force and self._trial_writes.can_wait(name, phase, now):
                 waiting.add(name)
                 continue
-            self._trial_writes.want(name, self._platform_queue.trial_status(name, render.trial_status(trial)))
+            self._trial_writes.want(name, self._trial_status(name))
         self._touched = waiting
         for name, status in self._trial_writes.due(now, force=force):
-            await self.store.patch_trial_status(name, merge_patch(self._trial_writes.last_written(name), status))
-            self._trial_writes.written(name, status, now)
+            if not self._write_failures.ready(f"Trial {name}", now):
+                continue       # backing off; the other Trials are written meanwhile
+            patch = merge_patch(self._trial_writes.last_written(name), status)
+            if await self._write(f"Trial {name}", self.store.patch_trial_status(name, patch)):
+                self._trial_writes.written(name, status, now)
         await self._flush_experiment(now, force=force)
+
+    async def _write(self, key: str, write: Any) -> bool:
+        """Await one write; a refusal is recorded for backoff and surfaced, never raised."""
+        try:
+            await write
+        except WriteRefused as error:
+            metrics.status_write_failed(key.split(" ", 1)[0].lower() + "s", error.reason)
+            log.warning("%s/%s: %s: status write refused: %s", self.namespace, self.name, key, error)
+            if self._write_failures.failed(key, error, self._clock()):
+                await self._event_guarded("Warning", "StatusWriteFailed", self._write_failures.condition()[1])
+            return False
+        self._write_failures.succeeded(key)
+        return True
 
     async def _flush_experiment(self, now: float, *, force: bool) -> None:
         extra = []
@@ -612,9 +785,14 @@ class ExperimentController:
             extra.append(("SchedulerWarning", True, "SchedulerCannotAct", warning))
             if not self._scheduler_warned:   # the Event once; the condition keeps the count
                 self._scheduler_warned = True
-                await self.store.event("Warning", "SchedulerCannotAct", warning)
+                await self._event_guarded("Warning", "SchedulerCannotAct", warning)
         runner_summary = self.runner.summary(now)
         extra += warm_start_condition(runner_summary.outcomes, self.spec.warm_start is not None)
+        failed_writes = self._write_failures.condition()
+        if failed_writes is not None:
+            extra.append(("StatusWriteFailed", True, *failed_writes))
+        elif any(c.get("type") == "StatusWriteFailed" for c in self._experiment_written.get("conditions") or []):
+            extra.append(("StatusWriteFailed", False, "StatusWritten", ""))
         if self._spec_problem is not None:
             extra.append(("SpecRejected", True, *self._spec_problem))
         elif any(c.get("type") == "SpecRejected" for c in self._experiment_written.get("conditions") or []):
@@ -622,19 +800,36 @@ class ExperimentController:
         summary = self._platform_queue.summary(runner_summary, self.runner.trials)
         status = render.experiment_status(
             summary, total=self.spec.budget.max_trials, previous=self._experiment_written,
-            generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra)
+            generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra,
+            blocked=self._blocked)
         if status == self._experiment_written:
             return
         phase_changed = status.get("phase") != self._experiment_written.get("phase")
         if not (force or phase_changed or now - self._experiment_written_at >= EXPERIMENT_WRITE_INTERVAL):
             return
-        await self.store.patch_experiment_status(merge_patch(self._experiment_written, status))
+        if not self._write_failures.ready("Experiment", now):
+            return
+        if summary.finished is not None and self._trial_writes.pending:
+            # Succeeded/Failed goes out after the Trials' final statuses (retried if the
+            # API refused them), so `kubectl wait` never returns ahead of them; a Trial
+            # write that keeps failing holds it back at most FINISH_WAITS_FOR_TRIALS_S
+            self._finished_at = self._finished_at if self._finished_at is not None else now
+            if now - self._finished_at < FINISH_WAITS_FOR_TRIALS_S:
+                return
+        patch = merge_patch(self._experiment_written, status)
+        if not await self._write("Experiment", self.store.patch_experiment_status(patch)):
+            return
         for kind, reason, message in status_events(self._experiment_written, status):
-            await self.store.event(kind, reason, message)
+            await self._event_guarded(kind, reason, message)
         self._experiment_written = status
         self._experiment_written_at = now
 
     # ------------------------------------------------------------------ helpers
+
+    def _trial_status(self, name: str) -> dict[str, Any]:
+        trial = self.runner.trials[name]
+        return self._platform_queue.trial_status(name, render.trial_status(
+            trial, objective=self.spec.objective.metric, decision_state=self.runner.decision_state(name)))
 
     def _trial_key(self, trial: str) -> str:
         return f"{self.namespace}/{self.name}/{trial}"

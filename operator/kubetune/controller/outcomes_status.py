@@ -7,10 +7,10 @@ FRONT_BYTES of them, long values cut, so an Experiment stays far below 16 KiB.""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Mapping
 
 from kubetune.core.pareto import Outcomes
+from kubetune.core.sanitize import decode_number, encode_number
 
 MAX_FRONT_SHOWN = 10
 FRONT_BYTES = 6000            # the shown points together, as JSON
@@ -20,9 +20,7 @@ MAX_TEXT_CHARS = 300
 
 def _number(value: float) -> float | str:
     """JSON has no NaN or Infinity: those become strings (as everywhere in kubetune's status)."""
-    if math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return encode_number(value)
 
 
 def objective_values(latest: Mapping[str, float]) -> dict[str, float | str]:
@@ -36,8 +34,7 @@ def read_objective_values(raw: Any) -> dict[str, float] | None:
         return None
     values = {}
     for name, value in raw.items():
-        if isinstance(value, str):
-            value = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value)
+        value = decode_number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             values[name] = float(value)
     return values

@@ -1,22 +1,63 @@
 """Pure rendering of runner state into the status of Trial and Experiment resources.
 
-The Experiment's status has a fixed size (counts, the best trial, the queue reason),
-whatever its number of trials; a Trial carries its own history."""
+Both are bounded whatever happens (issue 14), and valid JSON (``core.sanitize``; the
+store runs the same sanitiser again on every write):
+
+- the Experiment's status has a fixed size (counts, the best trial, the queue reason,
+  one message and a fixed set of conditions of at most 1 KiB each), under 16 KiB;
+- a Trial's status holds the last metrics, the best value, the iteration, attempt and
+  checkpoint, the state its scheduler and the study decide on (``decisionState``) and
+  a downsampled curve (``history``, core/curve.py) -- under 64 KiB, and the same size
+  at result 30,000 as at result 100.  Every result is kept in the results store."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
 from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
 from kubetune.controller.outcomes_status import objective_values, outcome_fields, read_objective_values
+from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, decode_number, fit, json_safe, json_size
+from kubetune.core.trial import KEPT_LINEAGE
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
 
 TRIAL_COUNT_KEYS = ("pending", "queued", "running", "paused", "succeeded", "failed", "stopped")
 
-# message tails kept on a Trial: a traceback can be long, the API object must not be
-MAX_MESSAGE_CHARS = 4000
+MAX_TRIAL_BYTES = 64 * 1024           # the whole Trial object (issue 14)
+MAX_TRIAL_STATUS_BYTES = 56 * 1024    # its status, leaving room for metadata and spec
+MAX_EXPERIMENT_STATUS_BYTES = 12 * 1024
+# a Trial's message keeps the start of a traceback (the error is its first line) and
+# its end (where it was raised); the results store keeps it whole
+MAX_MESSAGE_CHARS = 8000
 # each entry of status.failures keeps the error's first line (type and message); the
 # Trial's message holds the traceback of the last one
 MAX_FAILURE_MESSAGE_CHARS = 500
+KEPT_FAILURES = 20                    # status.failures keeps the latest; failureCount counts all
+MAX_METRICS_BYTES = 4096              # lastMetrics
+MAX_POINT_BYTES = 512                 # one point of the curve
+
+
+def _bounded_metrics(metrics: Mapping[str, Any], objective: str | None, max_bytes: int) -> dict[str, Any]:
+    """``metrics`` JSON-safe, keeping the objective and iteration first and as many other
+    metrics as fit in ``max_bytes`` (a trial may report thousands)."""
+    safe = json_safe(dict(metrics), max_string=200)
+    first = [k for k in ("iteration", objective) if k in safe]
+    kept = {k: safe[k] for k in first}
+    size = json_size(kept)
+    for key, value in safe.items():
+        if key in kept:
+            continue
+        extra = json_size({key: value}) - 1
+        if size + extra > max_bytes:
+            continue
+        kept[key] = value
+        size += extra
+    return kept
+
+
+def _traceback(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    half = MAX_MESSAGE_CHARS // 2
+    return message[:half] + "\n...\n" + message[-half:]
 
 
 def trial_body(*, namespace: str, experiment: Mapping[str, Any], name: str, index: int,
@@ -40,27 +81,36 @@ def trial_body(*, namespace: str, experiment: Mapping[str, Any], name: str, inde
     }
 
 
-def trial_status(trial: Any) -> dict[str, Any]:
-    """Status of one Trial from the runner's view of it (see core.runner)."""
+def trial_status(trial: Any, *, objective: str | None = None,
+                 decision_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Status of one Trial from the runner's view of it (see core.runner), bounded."""
     status: dict[str, Any] = {
         "phase": trial.phase.value,
-        "reason": trial.reason or "",
-        "message": (trial.message or "")[-MAX_MESSAGE_CHARS:],
+        "reason": cap_text(trial.reason or "", 256),
+        "message": _traceback(trial.message or ""),
         "iteration": trial.iteration,
         "lastResultSeq": trial.last_seq,
-        "history": [dict(item) for item in trial.history],
+        "history": [_bounded_metrics(point, objective, MAX_POINT_BYTES) for point in trial.history],
+        "historyStride": trial.history_stride,
         "attempt": trial.attempt,
     }
-    if trial.history:
-        status["lastMetrics"] = dict(trial.history[-1])
+    if trial.last_metrics is not None:
+        status["lastMetrics"] = _bounded_metrics(trial.last_metrics, objective, MAX_METRICS_BYTES)
+    if trial.last_value is not None:
+        # a number, or "NaN" / "Infinity" / "-Infinity" (the Trial's Last column)
+        status["lastObjective"] = trial.last_value
     if trial.best_value is not None:
         status["bestMetric"] = trial.best_value
+        status["bestIteration"] = trial.best_iteration
+    if decision_state:
+        status["decisionState"] = dict(decision_state)
     if trial.checkpoint:
         status["checkpoint"] = trial.checkpoint
         status["checkpointIteration"] = trial.checkpoint_iteration
     if trial.failure_log:
+        status["failureCount"] = sum(1 for f in trial.failure_log if f.get("reason") != "ClusterFault")
         status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
-                               "time": rfc3339(f["time"])} for f in trial.failure_log]
+                               "time": rfc3339(f["time"])} for f in trial.failure_log[-KEPT_FAILURES:]]
     if trial.latest:
         status["objectiveValues"] = objective_values(trial.latest)
     if trial.infeasible:   # its results break spec.constraints: never best, never on the front
@@ -68,20 +118,36 @@ def trial_status(trial: Any) -> dict[str, Any]:
     if trial.parent:
         status["parent"] = trial.parent
     if trial.lineage:
-        status["lineage"] = [dict(item) for item in trial.lineage]
+        status["lineage"] = [dict(item) for item in trial.lineage[-KEPT_LINEAGE:]]
     if trial.start_time is not None:
         status["startTime"] = rfc3339(trial.start_time)
     if trial.attempt_start is not None:
         status["attemptStartTime"] = rfc3339(trial.attempt_start)
     if trial.completion_time is not None:
         status["completionTime"] = rfc3339(trial.completion_time)
-    return status
+    return fit(json_safe(status), MAX_TRIAL_STATUS_BYTES)
+
+
+def _decoded(value: Any) -> Any:
+    """Numbers in the documented non-finite string form back to floats, at any depth."""
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return decode_number(value)
 
 
 def trial_record(body: Mapping[str, Any]) -> TrialRecord:
-    """A persisted Trial resource -> what the runner needs to rebuild itself."""
+    """A persisted Trial resource -> what the runner needs to rebuild itself (from the
+    bounded status alone: see TrialRunner.restore)."""
     spec = body.get("spec") or {}
-    status = body.get("status") or {}
+    status = dict(body.get("status") or {})
+    for key in ("history", "lastMetrics", "lastObjective", "bestMetric", "decisionState", "objectiveValues"):
+        if key in status:
+            status[key] = _decoded(status[key])
+    failures = status.get("failures") or ()
+    counted = sum(1 for f in failures if f.get("reason") != "ClusterFault")
+    last_value = status.get("lastObjective")
     return TrialRecord(
         name=body["metadata"]["name"],
         index=int(spec.get("index", 0)),
@@ -90,7 +156,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         history=tuple(status.get("history") or ()),
         checkpoint=status.get("checkpoint"),
         # retries caused by the cluster (Ray restarted) do not count against maxFailures
-        failures=sum(1 for f in status.get("failures") or () if f.get("reason") != "ClusterFault"),
+        failures=max(counted, int(status.get("failureCount") or 0)),
         reason=status.get("reason", ""),
         message=status.get("message", ""),
         parent=status.get("parent"),
@@ -102,13 +168,20 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         attempt_start=parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") else None,
         latest_metrics=read_objective_values(status.get("objectiveValues")),
         failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
-                          for f in status.get("failures") or ()),
+                          for f in failures),
+        history_stride=int(status.get("historyStride") or 1),
+        last_metrics=status.get("lastMetrics"),
+        last_value=float(last_value) if isinstance(last_value, (int, float)) and not isinstance(last_value, bool) else None,
+        best_value=status.get("bestMetric"),
+        best_iteration=status.get("bestIteration"),
+        decision_state=status.get("decisionState"),
     )
 
 
 def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mapping[str, Any],
                       generation: int | None, now: float, suspended: bool,
-                      extra_conditions: Iterable[tuple[str, bool, str, str]] = ()) -> dict[str, Any]:
+                      extra_conditions: Iterable[tuple[str, bool, str, str]] = (),
+                      blocked: tuple[str, str] | None = None) -> dict[str, Any]:
     """The Experiment's status: phase, conditions, counts, best trial, queue reason."""
     counts = {key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}
     counts["created"] = summary.created
@@ -116,7 +189,13 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     conditions = list(previous.get("conditions") or [])
 
     finished = summary.finished
-    if finished is not None:
+    if blocked is not None and finished is None:
+        # the operator cannot do its work (e.g. a missing permission): Failed while it
+        # lasts, with the reason; the loop retries and clears it once the cause is gone
+        phase, (reason, message) = "Failed", blocked
+        conditions = set_condition(conditions, "Failed", True, reason, message, now=now, generation=generation)
+        conditions = set_condition(conditions, "Running", False, reason, message, now=now, generation=generation)
+    elif finished is not None:
         phase = finished.phase
         succeeded = phase == "Succeeded"
         conditions = set_condition(conditions, "Running", False, finished.reason, finished.message,
@@ -138,6 +217,10 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
         conditions = set_condition(conditions, "Running", True, "TrialsRunning", message,
                                    now=now, generation=generation)
+        if any(c["type"] == "Failed" and c["status"] == "True" and c.get("reason") == "Forbidden"
+               for c in conditions):
+            conditions = set_condition(conditions, "Failed", False, "PermissionGranted", "",
+                                       now=now, generation=generation)
         if any(c["type"] == "Suspended" for c in conditions):
             conditions = set_condition(conditions, "Suspended", False, "Resumed", "",
                                        now=now, generation=generation)
@@ -158,7 +241,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
 
     status: dict[str, Any] = {
         "phase": phase,
-        "message": message,
+        "message": cap_text(message, MAX_MESSAGE_BYTES),
         "conditions": conditions,
         "progress": f"{done}/{total}",
         "trialCounts": counts,
@@ -173,4 +256,4 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     if finished is not None:
         status["completionTime"] = previous.get("completionTime") or rfc3339(now)
     status.update(outcome_fields(summary.outcomes))
-    return status
+    return fit(json_safe(status), MAX_EXPERIMENT_STATUS_BYTES)

@@ -9,7 +9,6 @@ Every rule for "when does a trial start, stop or retry" lives in this file.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 from collections import Counter
 from typing import Any, Iterable, Mapping
@@ -18,8 +17,10 @@ from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, FailureTally, wrong_t
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
 from kubetune.core import pareto
+from kubetune.core.curve import add_point, cut_back
 from kubetune.core.search import Evaluated, Searcher, WarmTrial, latest_values, objective_value, record_latest
-from kubetune.core.trial import TrialInfo
+from kubetune.core.trial import KEPT_LINEAGE, TrialInfo
+from kubetune.core.values import is_finite, judged
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, PauseTrial, Result,
     StopTrial, TrialPhase, TrialPhaseChanged, TrialRecord,
@@ -112,6 +113,13 @@ class TrialRunner:
             queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
             outcomes=self._front.get(self))
 
+    def decision_state(self, name: str) -> dict[str, Any]:
+        """What the study and the scheduler keep about a trial, bounded: persisted on the
+        Trial so ``restore`` rebuilds the same decisions without any history."""
+        trial = self._trials[name]
+        state = {"study": self.searcher.trial_state(name), "scheduler": self.scheduler.trial_state(trial)}
+        return {key: value for key, value in state.items() if value}
+
     def status_text(self, max_rows: int = 20) -> str:
         from kubetune.core.status import render_status
         return render_status(self, max_rows)
@@ -176,7 +184,7 @@ class TrialRunner:
         the experiment's only with one objective (several have a Pareto front instead)
         and only from results within the constraints."""
         objective = self.spec.objective
-        if math.isnan(value):
+        if not is_finite(value):        # never best (core/values.py)
             return
         if trial.best_value is None or objective.better(value, trial.best_value):
             trial.best_value, trial.best_iteration = value, iteration
@@ -212,7 +220,7 @@ class TrialRunner:
             params = self.searcher.suggest(name)
             if params is None:
                 break
-            trial = TrialInfo(name=name, index=self._created, params=params)
+            trial = TrialInfo(name=name, index=self._created, params=params, suggested_params=dict(params))
             self._trials[name] = self._active[name] = trial
             self._counts[PENDING] += 1
             self._created += 1
@@ -271,10 +279,10 @@ class TrialRunner:
         trial.attempt_start = now
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
         trial.iteration = start_iteration
-        if trial.history and trial.history[-1].get("iteration", 0) > start_iteration:
+        if trial.last_metrics is not None and trial.last_metrics.get("iteration", 0) > start_iteration:
             # The new run redoes what was reported after the checkpoint it starts from: the
-            # history keeps the results that led to that checkpoint, one per iteration.
-            trial.history = [h for h in trial.history if h.get("iteration", 0) <= start_iteration]
+            # curve keeps the results that led to that checkpoint.
+            trial.history = cut_back(trial.history, start_iteration)
             trial.last_metrics = trial.history[-1] if trial.history else None
         self._set_phase(trial, RUNNING)
         trial.reason = trial.message = ""
@@ -382,6 +390,20 @@ class TrialRunner:
             trial.start_time = now
         return []
 
+    def _record_objective(self, trial: TrialInfo, metrics: Mapping[str, Any], iteration: int) -> float | None:
+        """The one update of a trial's values from a result: the latest value of every
+        tracked metric, the last and best objective, the study's intermediate value.
+        A non-finite objective is the worst there is: it is the trial's last value, the
+        study sees it as NaN (diverged), and it is never anyone's best (core/values.py)."""
+        trial.latest.update(latest_values([metrics], self.searcher.tracked_metrics))
+        value = objective_value(metrics, self.spec.objective.metric)
+        if value is None:
+            return None
+        trial.last_value = value
+        self.searcher.report_intermediate(trial.name, iteration, judged(value))
+        self._record_value(trial, value, iteration)
+        return value
+
     def on_trial_result(self, name: str, result: Result, now: float) -> list[Decision]:
         """Record one result (once: by seq) and act on the scheduler's judgement. Results of
         a trial the runner already decided to stop or pause are dropped (Syne Tune)."""
@@ -393,26 +415,21 @@ class TrialRunner:
         trial.last_seq = result.seq
         trial.iteration = result.iteration
         metrics = {**result.metrics, "iteration": result.iteration}
-        trial.history.append(metrics)
+        trial.history, trial.history_stride = add_point(trial.history, trial.history_stride, metrics)
         trial.last_metrics = metrics
         if result.checkpoint:
             trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
-        value = objective_value(result.metrics, self.spec.objective.metric)
+        value = self._record_objective(trial, result.metrics, result.iteration)
         objective = self.spec.objective
-        trial.latest.update(latest_values([result.metrics], self.searcher.tracked_metrics))
-        if value is not None:
-            trial.last_value = value
-            self.searcher.report_intermediate(name, result.iteration, value)
-            self._record_value(trial, value, result.iteration)
-            if not math.isnan(value) and not self.spec.multi_objective and self._feasible(trial.latest):
-                if objective.reached(value):
-                    message = (f"{name} reported {objective.metric} {value:.6g} at iteration "
-                               f"{result.iteration} (goal {objective.goal:g})")
-                    return self._end(trial, SUCCEEDED, "GoalReached", message, now) + self._finish(
-                        now, "Succeeded", "GoalReached", message)
-        # The scheduler sees every result, the last one too (as an Optuna pruner would), so
-        # the state it keeps is what a replay of the history after a restart rebuilds.
-        decision = self.scheduler.on_trial_result(trial, value) if value is not None else CONTINUE
+        if is_finite(value) and not self.spec.multi_objective and self._feasible(trial.latest) \
+                and objective.reached(value):
+            message = (f"{name} reported {objective.metric} {value:.6g} at iteration "
+                       f"{result.iteration} (goal {objective.goal:g})")
+            return self._end(trial, SUCCEEDED, "GoalReached", message, now) + self._finish(
+                now, "Succeeded", "GoalReached", message)
+        # The scheduler sees every result, the last one too (as an Optuna pruner would);
+        # a non-finite value as NaN, the worst (core/values.py).
+        decision = self.scheduler.on_trial_result(trial, judged(value)) if value is not None else CONTINUE
         cap = self.spec.scheduler.max_iterations
         if cap is not None and result.iteration >= cap:
             return self._end(trial, SUCCEEDED, "MaxIterationsReached", f"reached maxIterations {cap}", now) \
@@ -438,6 +455,7 @@ class TrialRunner:
         trial.checkpoint, trial.checkpoint_iteration = donor.checkpoint, donor.checkpoint_iteration
         trial.lineage.append({"iteration": donor.checkpoint_iteration, "from": donor.name,
                               "params": dict(trial.params)})
+        del trial.lineage[:-KEPT_LINEAGE]
         trial.relaunch = True
         if self._counts[RUNNING] >= self.spec.budget.parallelism:
             return decisions        # parallelism was lowered: the next step relaunches it
@@ -480,22 +498,15 @@ class TrialRunner:
         trial = self._trials.get(name)
         if trial is None or trial.phase is not PAUSED or trial.relaunch:
             return
-        objective = self.spec.objective
         for result in results:
             if result.seq <= trial.last_seq or result.attempt not in (None, trial.attempt):
                 continue
             trial.last_seq, trial.iteration = result.seq, result.iteration
             trial.last_metrics = {**result.metrics, "iteration": result.iteration}
-            trial.history.append(trial.last_metrics)
+            trial.history, trial.history_stride = add_point(trial.history, trial.history_stride, trial.last_metrics)
             if result.checkpoint:
                 trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
-            trial.latest.update(latest_values([result.metrics], self.searcher.tracked_metrics))
-            value = objective_value(result.metrics, objective.metric)
-            if value is None:
-                continue
-            trial.last_value = value
-            self.searcher.report_intermediate(name, result.iteration, value)
-            self._record_value(trial, value, result.iteration)
+            self._record_objective(trial, result.metrics, result.iteration)
 
     def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> list[Decision]:
         """The trial raised (or its actor died). Retry from the latest checkpoint while
@@ -645,18 +656,28 @@ class TrialRunner:
         if self._created > self.max_trials:
             self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self._created} "
                                    f"trials already created; no new trials will start")
-        self.searcher.rebuild(records, replay=lambda: self.scheduler.restore(self._trials.values()))
+        states = {r.name: dict((r.decision_state or {}).get("scheduler") or {}) for r in records}
+        self.searcher.rebuild(records, replay=lambda: self.scheduler.restore(self._trials.values(), states))
         self._front.changed()
 
     def _trial_from_record(self, record: TrialRecord) -> TrialInfo:
-        history = [dict(h) for h in record.history]
+        """Rebuilt from the bounded status alone (curve, last and best values, decision
+        state); a Trial written before those fields existed is read from its history."""
+        history: list[Mapping[str, Any]] = []
+        stride = record.history_stride
+        for point in record.history:    # already a curve: unchanged; a full old history: thinned
+            history, stride = add_point(history, stride, dict(point))
         iteration = record.iteration
         if iteration is None:
             iteration = history[-1].get("iteration", len(history)) if history else 0
+        last_metrics = dict(record.last_metrics) if record.last_metrics is not None else \
+            history[-1] if history else None
         trial = TrialInfo(
-            name=record.name, index=record.index, params=dict(record.params), phase=record.phase,
+            name=record.name, index=record.index, phase=record.phase,
+            params=dict(record.lineage[-1]["params"]) if record.lineage else dict(record.params),
+            suggested_params=dict(record.params),
             reason=record.reason, message=record.message, iteration=iteration, history=history,
-            last_metrics=history[-1] if history else None, checkpoint=record.checkpoint,
+            history_stride=stride, last_metrics=last_metrics, checkpoint=record.checkpoint,
             checkpoint_iteration=(record.checkpoint_iteration if record.checkpoint_iteration is not None
                                   else iteration if record.checkpoint else 0),
             attempt=record.attempt, failures=record.failures, parent=record.parent,
@@ -666,16 +687,19 @@ class TrialRunner:
             last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
         trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)
         trial.relaunch = record.phase is PAUSED and not self.spec.suspend
-        metric = self.spec.objective.metric
-        for position, metrics in enumerate(history, start=1):
-            trial.latest.update(latest_values([metrics], self.searcher.tracked_metrics))
-            value = objective_value(metrics, metric)
-            if value is None:
-                continue
-            trial.last_value = value
-            self._record_value(trial, value, metrics.get("iteration", position))
         # the persisted values outlive a downsampled history
         trial.latest.update(record_latest(record, self.searcher.tracked_metrics))
+        if record.last_value is not None or record.best_value is not None:
+            trial.last_value = record.last_value
+            if is_finite(record.best_value):
+                self._record_value(trial, record.best_value, record.best_iteration or iteration)
+        else:   # a Trial written before the bounded status: from its history
+            metric = self.spec.objective.metric
+            for position, metrics in enumerate(history, start=1):
+                value = objective_value(metrics, metric)
+                if value is not None:
+                    trial.last_value = value
+                    self._record_value(trial, value, metrics.get("iteration", position))
         if trial.phase is SUCCEEDED:
             self._judge_constraints(trial)
         return trial

@@ -4,9 +4,19 @@ The study is also the shared memory of the pruner-based schedulers (ASHA, HyperB
 median read intermediate values from it), so every reported objective value goes
 through ``report_intermediate``. It is never persisted: after an operator restart it
 is rebuilt from the Trial resources with ``rebuild``.
+
+Bounded and exactly restorable: a trial's intermediate values in the study are only
+those a decision can read (``kept_steps``): the last step (samplers rank a pruned
+trial by it), the best step (the median rule compares a trial's best so far), and
+the steps the scheduler judges at (``Searcher.keep_step``: the median rule's
+milestones, where completed trials are compared).  Successive halving keeps its rung
+values as system attributes.  ``trial_state`` is that bounded record, written on the
+Trial's status (``status.decisionState``); ``rebuild`` puts exactly it back, so a
+restarted operator holds the same study and decides the same, without any history.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import random
@@ -15,10 +25,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from kubetune.core.types import TrialPhase, TrialRecord
+from kubetune.core.values import judged
 from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, ExperimentSpec, Param, SpecError
 
 # Samplers whose Optuna implementation imports packages kubetune does not depend on.
@@ -56,15 +68,33 @@ def objective_value(metrics: Mapping[str, Any], metric: str) -> float | None:
 
 
 def history_values(history: Iterable[Mapping[str, Any]], metric: str) -> dict[int, float]:
-    """{iteration: objective} from a persisted history, keeping the first value per
-    iteration as Optuna does when a retry reports an iteration again."""
+    """{iteration: objective as judged} from a history of results (a Trial written by an
+    operator that kept full histories), keeping the first value per iteration as Optuna
+    does when a retry reports an iteration again."""
     values: dict[int, float] = {}
     for position, metrics in enumerate(history, start=1):
         value = objective_value(metrics, metric)
         iteration = metrics.get("iteration", position)
         if value is not None and isinstance(iteration, int) and iteration not in values:
-            values[iteration] = value
+            values[iteration] = judged(value)
     return values
+
+
+# The system attributes a pruner decides on (SuccessiveHalvingPruner's rung values).
+RUNG_ATTR_PREFIX = "completed_rung_"
+
+
+def kept_steps(values: Mapping[int, float], minimize: bool, keep_step: Callable[[int], bool] | None) -> set[int]:
+    """The steps of ``values`` a decision can read (see the module docstring)."""
+    if not values:
+        return set()
+    keep = {max(values)}
+    finite = [(v, s) for s, v in values.items() if not math.isnan(v)]
+    if finite:
+        keep.add((min(finite) if minimize else max(finite, key=lambda p: (p[0], -p[1])))[1])
+    if keep_step is not None:
+        keep.update(s for s in values if keep_step(s))
+    return keep
 
 
 def latest_values(history: Iterable[Mapping[str, Any]], metrics: Iterable[str]) -> dict[str, float]:
@@ -133,13 +163,21 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def _derived_seed(seed: int | None, restored: int) -> int | None:
-    # A sampler re-seeded with the original seed after a restart would replay the first
-    # trials' parameters; mixing in the number of restored trials gives a fresh stream
-    # that is still reproducible.
-    if seed is None or restored == 0:
-        return seed
-    return (seed * 1_000_003 + restored) % 2**32
+def _ask_seed(seed: int, index: int) -> int:
+    return (seed * 1_000_003 + index) % 2**32
+
+
+def _reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
+    """Seed every random state of ``sampler`` (and of the samplers it holds, such as
+    TPE's startup sampler).  Done before each ask with a seed from (spec seed, trial
+    index): the parameters of trial n depend only on the seed and the study, which
+    ``rebuild`` restores exactly, so a restarted operator suggests what it would have
+    without the restart (and never replays the first trials' parameters)."""
+    for value in vars(sampler).values():
+        if isinstance(value, LazyRandomState):
+            value.rng.seed(seed)
+        elif isinstance(value, optuna.samplers.BaseSampler):
+            _reseed(value, seed)
 
 
 class Searcher:
@@ -165,9 +203,13 @@ class Searcher:
             # GridSampler sorts names itself; build the same dict so restored trials carry
             # the exact ``search_space`` attribute it compares against.
             self._grid = {name: spec.search_space[name].grid_values() for name in sorted(spec.search_space)}
-        self._rng = random.Random(spec.search.seed)
+        self._minimize = spec.objective.mode == "min"
+        self.keep_step: Callable[[int], bool] | None = None     # set by a scheduler (median)
+        self._ids: dict[str, int] = {}          # trial name -> storage id, finished ones too
         self._running: dict[str, optuna.trial.Trial] = {}
-        self._reported: dict[str, set[int]] = {}
+        self._last_step: dict[str, int] = {}    # highest step recorded per running trial
+        # trials rebuilt from their bounded state (rung values included): no replay
+        self.restored_bounded: set[str] = set()
         self._asked = 0
         self.multi_objective = spec.multi_objective
         # every metric a trial's outcome depends on: objectives, then constraint metrics
@@ -177,7 +219,7 @@ class Searcher:
         self._evaluated: dict[tuple, Evaluated] = {}
         self._warm, self.warm_start_problems = self._compatible(warm_start)
         self.warm_start_used = len(self._warm)
-        self.study = self._new_study(restored=0)
+        self.study = self._new_study()
         self._enqueue_initial_points()
 
     # ------------------------------------------------------------------ setup
@@ -194,7 +236,7 @@ class Searcher:
             "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
                                                           warn_independent_sampling=False),
             "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-            # Scrambled, so a restart (new derived seed) continues with fresh points.
+            # scrambled; a restart skips the points used before (see rebuild)
             "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
         }
         if algorithm not in samplers:   # never a silent fallback to another algorithm
@@ -204,10 +246,10 @@ class Searcher:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return samplers[algorithm]()
 
-    def _new_study(self, restored: int) -> optuna.Study:
+    def _new_study(self) -> optuna.Study:
         """A study holding the warm-start trials first, so kubetune trial ``index`` is
         Optuna trial number ``offset + index``; then the initial points not yet asked."""
-        seed = _derived_seed(self._spec.search.seed, restored)
+        seed = self._spec.search.seed
         directions = ["minimize" if o.mode == "min" else "maximize" for o in self._spec.objectives]
         study = optuna.create_study(study_name=self._study_name, directions=directions,
                                     sampler=self._sampler(seed), pruner=optuna.pruners.NopPruner())
@@ -288,30 +330,57 @@ class Searcher:
         """Parameters for a new trial, or None when the search space is exhausted."""
         if self.exhausted:
             return None
+        if self._spec.search.seed is not None:
+            _reseed(self.study.sampler, _ask_seed(self._spec.search.seed, self._asked))
         trial = self.study.ask(self.distributions)
         self._asked += 1
+        self._ids[trial_name] = trial._trial_id
         self._running[trial_name] = trial
-        self._reported[trial_name] = set()
+        self._last_step[trial_name] = 0
         return {name: trial.params[name] for name in self.distributions}
 
     def report_intermediate(self, trial_name: str, iteration: int, value: float) -> None:
-        """Record one objective value; a repeated iteration (after a retry) keeps the first."""
-        trial = self._running.get(trial_name)
-        reported = self._reported.get(trial_name)
+        """Record one objective value (as judged: NaN for any non-finite one). Iterations
+        only grow, except that a retry repeats those after its checkpoint: as Optuna
+        keeps the first value of a step, a step at or below the highest is ignored."""
         # Optuna keeps no intermediate values for several objectives (MO-ASHA keeps its own)
-        if trial is None or iteration in reported or self.multi_objective:
+        if trial_name not in self._running or iteration <= self._last_step[trial_name] or self.multi_objective:
             return
-        reported.add(iteration)
-        trial.report(value, iteration)
+        self._last_step[trial_name] = iteration
+        storage, trial_id = self.study._storage, self._ids[trial_name]
+        storage.set_trial_intermediate_value(trial_id, iteration, value)
+        # Optuna copies the whole dict on every report: kept bounded, a report costs the
+        # same at result 30,000 as at result 1 (issue 14; was O(results^2) per trial).
+        frozen = storage.get_trial(trial_id)
+        values = frozen.intermediate_values
+        keep = kept_steps(values, self._minimize, self.keep_step)
+        if len(keep) < len(values):
+            trimmed = copy.copy(frozen)
+            trimmed.intermediate_values = {step: values[step] for step in sorted(keep)}
+            storage._set_trial(trial_id, trimmed)
+
+    def trial_state(self, trial_name: str) -> dict[str, Any]:
+        """What the study holds about a trial that a later decision can read, bounded:
+        {"steps": [[step, value], ...], "attrs": {rung key: value}}; see ``rebuild``."""
+        trial_id = self._ids.get(trial_name)
+        if trial_id is None:
+            return {}
+        frozen = self.study._storage.get_trial(trial_id)
+        state: dict[str, Any] = {"steps": [[step, value] for step, value in sorted(frozen.intermediate_values.items())]}
+        attrs = {k: v for k, v in frozen.system_attrs.items() if k.startswith(RUNG_ATTR_PREFIX)}
+        if attrs:
+            state["attrs"] = attrs
+        return state
 
     def objective_values(self, value: float | None, metrics: Mapping[str, Any]) -> list[float] | None:
         """The values Optuna is told: the last objective for one objective, the latest of
-        each objective for several; None when one is missing or NaN."""
+        each objective for several; None when one is missing or not finite (the worst:
+        the trial is told PRUNED, core/values.py)."""
         if self.multi_objective:
             values = [objective_value(metrics, o.metric) for o in self._spec.objectives]
         else:
             values = [value]
-        if any(v is None or math.isnan(v) for v in values):
+        if any(v is None or not math.isfinite(v) for v in values):
             return None
         return values
 
@@ -322,7 +391,7 @@ class Searcher:
         PRUNED (its intermediate values still inform TPE), Failed -> FAIL. ``metrics`` also
         carries the constraint metrics; a completed ``params`` is remembered as evaluated."""
         trial = self._running.pop(trial_name, None)
-        self._reported.pop(trial_name, None)
+        self._last_step.pop(trial_name, None)
         if trial is None:
             return
         metrics = metrics if metrics is not None else {}
@@ -355,10 +424,9 @@ class Searcher:
         """The kubetune index of one of this Experiment's Optuna trials; None for warm-start ones."""
         return trial.number - self.offset if trial.number >= self.offset else None
 
-    def resample(self, name: str) -> Any:
+    def resample(self, name: str, rng: random.Random) -> Any:
         """A fresh value for one parameter, independent of the study (PBT's explore step)."""
         param = self._spec.search_space[name]
-        rng = self._rng
         if param.kind == "uniform":
             return rng.uniform(param.low, param.high)
         if param.kind == "loguniform":
@@ -382,9 +450,11 @@ class Searcher:
         """
         ordered = sorted(records, key=lambda r: r.index)
         self._evaluated.clear()
-        self.study = self._new_study(restored=len(ordered))
+        self.study = self._new_study()
         self._running.clear()
-        self._reported.clear()
+        self._last_step.clear()
+        self._ids.clear()
+        self.restored_bounded = {r.name for r in ordered if (r.decision_state or {}).get("study") is not None}
         finals: list[tuple[TrialRecord, int, TrialState, list[float] | None]] = []
         number = 0
         for record in ordered:
@@ -397,13 +467,23 @@ class Searcher:
             else:
                 state, value = self._final_state(record)
                 trial_id = self._add(frozen)
+                self._ids[record.name] = trial_id
                 if state is TrialState.RUNNING:
                     self._running[record.name] = optuna.trial.Trial(self.study, trial_id)
-                    self._reported[record.name] = set(frozen.intermediate_values)
+                    # the highest step the study saw (a step missing from the bounded
+                    # record was followed by a higher one, so it is never asked again)
+                    self._last_step[record.name] = max(frozen.intermediate_values, default=0)
                 else:
                     finals.append((record, trial_id, state, value))
             number += 1
         self._asked = number
+        if isinstance(self.study.sampler, optuna.samplers.QMCSampler):
+            # QMC numbers its points in a study attribute; the points used before are at
+            # most one per restored trial: skip that many (no repeats; the one sampler
+            # whose sequence after a restart may differ from the one without, with CMA-ES
+            # whose optimizer state Optuna keeps in attributes of the trials)
+            for _ in range(number):
+                self.study.sampler._find_sample_id(self.study, self.distributions)
         self._enqueue_initial_points()
         if replay is not None:
             replay()
@@ -423,13 +503,15 @@ class Searcher:
         return self.study._storage.create_new_trial(self.study._study_id, template_trial=frozen)
 
     def _final_state(self, record: TrialRecord) -> tuple[TrialState, list[float] | None]:
-        last = objective_value(record.history[-1], self._metric) if record.history else None
+        last = record.last_value
+        if last is None and record.history:
+            last = objective_value(record.history[-1], self._metric)
         values = self.objective_values(last, record_latest(record, self.tracked_metrics))
         if not record.phase.is_terminal:
             return TrialState.RUNNING, None
         if record.phase is TrialPhase.SUCCEEDED and values is not None:
             return TrialState.COMPLETE, values
-        if record.phase is TrialPhase.FAILED or not record.history:
+        if record.phase is TrialPhase.FAILED or (last is None and not record.history):
             return TrialState.FAIL, None
         return TrialState.PRUNED, None
 
@@ -438,11 +520,18 @@ class Searcher:
         attrs = {}
         if self._grid is not None and record.index < (self.grid_size or 0):
             attrs = {"search_space": self._grid, "grid_id": record.index}
+        state = record.decision_state.get("study") if record.decision_state else None
+        if self.multi_objective:
+            values = {}
+        elif state is not None:   # the bounded record trial_state wrote: exactly what the study held
+            values = {int(step): float(value) for step, value in state.get("steps") or ()}
+            attrs.update({k: float(v) for k, v in (state.get("attrs") or {}).items()})
+        else:   # a Trial from before the bounded state: its history, replayed by the scheduler
+            values = history_values(record.history, self._metric)
         try:
             return optuna.trial.create_trial(
                 state=TrialState.RUNNING, params=dict(record.params), distributions=self.distributions,
-                intermediate_values={} if self.multi_objective else history_values(record.history, self._metric),
-                system_attrs=attrs)
+                intermediate_values=values, system_attrs=attrs)
         except ValueError:
             # Parameters outside today's search space (the spec changed while the operator
             # was down): the trial still takes its number, but cannot inform the sampler.

@@ -8,16 +8,22 @@ from typing import Any, Mapping
 from kubetune.core.types import TrialPhase
 
 
+# PBT exploits listed on a Trial: the latest (the last one says what it runs with)
+KEPT_LINEAGE = 20
+
+
 @dataclass
 class TrialInfo:
     name: str
     index: int
-    params: dict[str, Any]
+    params: dict[str, Any]                     # what it runs with (PBT: the explored ones)
     phase: TrialPhase = TrialPhase.PENDING
+    suggested_params: dict[str, Any] | None = None   # what the search suggested (Trial spec)
     reason: str = ""
     message: str = ""
     iteration: int = 0                         # last reported (1-based; 0 = nothing yet)
-    history: list[Mapping[str, Any]] = field(default_factory=list)   # metrics + "iteration"
+    history: list[Mapping[str, Any]] = field(default_factory=list)   # the curve (core/curve.py)
+    history_stride: int = 1                    # iterations between points of the curve
     last_metrics: Mapping[str, Any] | None = None
     last_value: float | None = None            # objective in the last result
     latest: dict[str, float] = field(default_factory=dict)  # last value of each objective/constraint metric

@@ -69,6 +69,14 @@ class TrialRecord:
     # the latest value of each objective and constraint metric (TrialInfo.latest): kept
     # whole while the history may be downsampled
     latest_metrics: Mapping[str, float] | None = None
+    # The bounded status (issue 14): the curve is downsampled (core/curve.py), so the
+    # values below are persisted rather than derived from the history.
+    history_stride: int = 1
+    last_metrics: Mapping[str, Any] | None = None
+    last_value: float | None = None               # objective in the last result (may be NaN)
+    best_value: float | None = None               # best finite objective
+    best_iteration: int | None = None
+    decision_state: Mapping[str, Any] | None = None   # TrialRunner.decision_state
 
 
 # ---------------------------------------------------------------- decisions

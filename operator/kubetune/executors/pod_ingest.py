@@ -46,6 +46,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.core.types import Result
 from kubetune.executors.ingest_http import BoundedHttpServer, HttpError
+from kubetune.spec.results import MetricError, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +214,11 @@ def _validate(body: Any) -> str:
         return f"iteration: required, an integer from 1 to {MAX_SEQ}"
     if not isinstance(body.get("metrics"), dict):
         return "metrics: required, an object"
+    try:   # the checks every collector makes (NaN and Infinity are fine)
+        check_iteration(body.get("iteration"))
+        check_metrics(body["metrics"])
+    except MetricError as error:
+        return str(error)
     if body.get("checkpoint") is not None and not isinstance(body["checkpoint"], str):
         return "checkpoint: a string (a location) when given"
     if body.get("attempt") is not None and (not _count(body["attempt"]) or not 0 <= body["attempt"] <= MAX_SEQ):

@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kubetune.spec.results import MetricError, check_iteration, check_metrics
+
 RESULT_PREFIX = "KUBETUNE_RESULT"
 MAX_LINE_CHARS = 64 * 1024
 RESERVED_KEYS = ("iteration", "checkpoint")
@@ -134,9 +136,12 @@ def _fields(text: str, length: int) -> tuple[str, dict[str, Any]]:
         return f"not JSON: {error}", {}
     if not isinstance(fields, dict):
         return f"expected a JSON object of metrics, got {type(fields).__name__}", {}
-    iteration = fields.get("iteration")
-    if "iteration" in fields and (not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 1):
-        return f"iteration must be an integer >= 1 (got {iteration!r})", {}
+    try:   # the checks every collector makes (NaN and Infinity are fine)
+        if "iteration" in fields:
+            check_iteration(fields["iteration"])
+        check_metrics({k: v for k, v in fields.items() if k not in RESERVED_KEYS})
+    except MetricError as error:
+        return str(error), {}
     if fields.get("checkpoint") is not None and not isinstance(fields["checkpoint"], str):
         return "checkpoint must be a string (a location)", {}
     # a checkpoint alone is a result, as with kubetune.report({}, checkpoint=...)

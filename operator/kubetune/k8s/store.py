@@ -1,17 +1,43 @@
 """KubeStore: the controller's Store on a real API server (Trial and Experiment
-resources, Events).  The blocking client runs in threads; every write is one call."""
+resources, Events).  The blocking client runs in threads; every write is one call.
+
+Every write goes through ``core.sanitize`` (valid JSON, bounded: NaN and Infinity as
+their documented strings) and is counted in bytes (``bytes_written`` and the
+``kubetune_api_write_bytes_total`` metric).  A refused write raises ``WriteRefused``
+with the API's reason; the controller retries it with backoff and surfaces it
+(controller/write_failures.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Callable, Mapping
 
 from kubernetes.client.exceptions import ApiException
 
 from kubetune import metrics
+from kubetune.controller.store import WriteRefused
+from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
 log = logging.getLogger(__name__)
+
+# A write waits this long for the API server; a hung connection is a refused write,
+# retried later, not a reconcile loop stuck for the client's default (forever).
+WRITE_TIMEOUT_S = 30
+
+
+def refused(error: BaseException) -> WriteRefused:
+    """The API's status, reason and message of a failed call, whatever raised it."""
+    if isinstance(error, ApiException):
+        reason, message = error.reason or "", ""
+        try:
+            answer = json.loads(error.body or "{}")
+            reason, message = answer.get("reason") or reason, answer.get("message") or ""
+        except (ValueError, AttributeError):
+            message = str(error.body or "")
+        return WriteRefused(int(error.status or 0), reason or "Unknown", cap_text(message or str(error), 700))
+    return WriteRefused(0, "Unavailable", cap_text(f"{type(error).__name__}: {error}", 700))
 
 
 # a Trial left by an earlier Experiment of the same name is waiting for the garbage
@@ -43,6 +69,7 @@ class KubeStore:
         self._api = custom_objects()
         self._post_event = post_event
         self.writes = 0
+        self.bytes_written = 0
 
     async def list_trials(self) -> list[dict[str, Any]]:
         return [item for item in await self.list_trials_of(self.experiment) if owned_by(item, self.uid)]
@@ -53,18 +80,32 @@ class KubeStore:
             label_selector=f"{EXPERIMENT_LABEL}={experiment}")
         return listing["items"]
 
+    def _count(self, resource: str, verb: str, body: Any) -> None:
+        size = json_size(body)
+        self.writes += 1
+        self.bytes_written += size
+        metrics.api_write(resource, verb, size)
+
+    async def _call(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(call, *args, _request_timeout=WRITE_TIMEOUT_S, **kwargs)
+        except ApiException:
+            raise
+        except Exception as error:   # urllib3: refused, reset, timed out
+            raise refused(error) from error
+
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = json_safe(body)
         name = body["metadata"]["name"]
         waited = False
         for _ in range(STALE_TRIAL_ATTEMPTS):
-            self.writes += 1
-            metrics.api_write("trials", "create")
+            self._count("trials", "create", body)
             try:
-                return await asyncio.to_thread(
-                    self._api.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, body)
+                return await self._call(self._api.create_namespaced_custom_object, GROUP, VERSION,
+                                        self.namespace, TRIALS, body)
             except ApiException as error:
                 if error.status != 409:
-                    raise
+                    raise refused(error) from error
             existing = await self._get_trial(name)
             if existing is None:
                 continue    # gone meanwhile: create again
@@ -106,35 +147,33 @@ class KubeStore:
                 raise
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
-        self.writes += 1
-        metrics.api_write("trials", "patch_status")
+        body = {"status": json_safe(dict(status))}
+        self._count("trials", "patch_status", body)
         try:
-            await asyncio.to_thread(
-                self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, TRIALS,
-                name, {"status": dict(status)})
+            await self._call(self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
+                             TRIALS, name, body)
         except ApiException as error:
             if error.status != 404:   # deleted under us (Experiment deletion): nothing to record
-                raise
+                raise refused(error) from error
 
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
-        self.writes += 1
-        metrics.api_write("experiments", "patch_status")
+        body = {**self._precondition(), "status": json_safe(dict(status))}
+        self._count("experiments", "patch_status", body)
         try:
-            await asyncio.to_thread(
-                self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
-                EXPERIMENTS, self.experiment, {**self._precondition(), "status": dict(status)})
+            await self._call(self._api.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
+                             EXPERIMENTS, self.experiment, body)
         except ApiException as error:
             # 404: deleted; 409/422: the UID differs, an Experiment of that name re-created
             # under a controller of the old one, which must not write the new one's status
             if error.status not in (404, 409, 422):
-                raise
+                raise refused(error) from error
 
     def _precondition(self) -> dict[str, Any]:
         return {"metadata": {"uid": self.uid}} if self.uid else {}
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._post_event is not None:
-            self._post_event(kind, reason, message)
+            self._post_event(kind, cap_text(reason, 128), cap_text(message, MAX_MESSAGE_BYTES))
             metrics.event_posted(kind, reason)
 
     async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:

@@ -41,6 +41,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Mapping
 
+from kubetune.spec.results import check_metric, check_metrics
 from kubetune.trainable import api
 from kubetune.trainable.checkpoint import CheckpointStore, materialize
 from kubetune.trainable.output import LineBuffer
@@ -90,21 +91,15 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
 
 
 def _plain(value: Any, key: str) -> Any:
-    """Metrics must survive JSON (they end up in the Trial's status)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, key) for v in value]
-    item = getattr(value, "item", None)        # numpy / torch scalars
-    if callable(item):
+    """Numpy and torch scalars as Python numbers; the result is checked as every
+    collector checks it (spec/results.py): numbers or strings, NaN and Infinity included."""
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, (bool, int, float, str)):
         try:
-            return _plain(item(), key)
+            value = item()
         except (TypeError, ValueError):
             pass
-    raise TypeError(f"kubetune.report(): metric {key!r} is a {type(value).__name__}; "
-                    "report numbers, strings, booleans, or lists and dicts of them")
+    return check_metric(key, value)
 
 
 def _takes_arguments(function: Callable[..., Any]) -> bool:
@@ -270,7 +265,7 @@ class FunctionRunner:
     def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None) -> None:
         if not isinstance(metrics, Mapping):
             raise TypeError(f"kubetune.report() takes a dict of metrics, got {type(metrics).__name__}")
-        clean = {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+        clean = check_metrics({str(k): _plain(v, str(k)) for k, v in metrics.items()})
         if self._closed:
             self._drop_late_report()
             return

@@ -33,6 +33,7 @@ import urllib.request
 from typing import Any, Mapping, TextIO
 
 from kubetune.trainable import api
+from kubetune.spec.results import check_metrics
 from kubetune.trainable.function_runner import _plain
 
 DEFAULT_REPORT_TIMEOUT_S = 300.0
@@ -68,7 +69,7 @@ class PodSession:
     def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = None) -> None:
         if not isinstance(metrics, Mapping):
             raise TypeError(f"kubetune.report() takes a dict of metrics, got {type(metrics).__name__}")
-        clean = {str(k): _plain(v, str(k)) for k, v in metrics.items()}
+        clean = check_metrics({str(k): _plain(v, str(k)) for k, v in metrics.items()})
         with self._lock:      # one report at a time: seqs go out in order
             iteration = self._iteration + 1
             location = self._persist(checkpoint, iteration, clean) if checkpoint is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any, Iterable, Mapping
 
 import optuna
 from optuna.study import StudyDirection
@@ -50,7 +51,7 @@ class _CompetitorsStudy:
 
 
 class ASHAScheduler(PrunerScheduler):
-    replays_history = True
+    replays_history = True     # only Trials from before the bounded state (see restore)
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher, pruner: optuna.pruners.BasePruner | None = None) -> None:
         sched = spec.scheduler
@@ -74,6 +75,16 @@ class ASHAScheduler(PrunerScheduler):
         while milestone <= step:
             index, milestone = index + 1, milestone * rf
         return index
+
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
+        """The rung tables from the rung values the rebuilt study holds (persisted on each
+        Trial): O(trials x rungs), no replay (issue 15: a replay was O(results^2) per
+        trial); Trials from before the bounded state are replayed (PrunerScheduler)."""
+        storage = self.searcher.study._storage
+        for trial in sorted(trials, key=lambda t: t.index):
+            if trial.name in self.searcher.restored_bounded:
+                self._record_rungs(storage.get_trial(self.searcher.trial_id(trial.index)))
+        super().restore(trials, states)
 
     def bracket(self, frozen: optuna.trial.FrozenTrial) -> int:
         """The successive-halving bracket the trial competes in (its early-stopping rate)."""

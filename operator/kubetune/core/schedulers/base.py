@@ -75,8 +75,14 @@ class TrialScheduler:
         # A trial that already ran holds progress (and often a checkpoint): finish it first.
         return min(candidates, key=lambda t: (not t.resuming, t.index))
 
-    def restore(self, trials: Iterable[TrialInfo]) -> None:
-        """Rebuild internal state after ``Searcher.rebuild`` from the persisted trials."""
+    def trial_state(self, trial: TrialInfo) -> dict[str, Any]:
+        """What this scheduler keeps about a trial beyond the study, bounded; persisted
+        on the Trial and handed back to ``restore``."""
+        return {}
+
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild internal state after ``Searcher.rebuild`` from the persisted trials and
+        the ``trial_state`` each had."""
 
 
 class PrunerScheduler(TrialScheduler):
@@ -104,16 +110,20 @@ class PrunerScheduler(TrialScheduler):
         raise NotImplementedError
 
     # Pruners that keep state in the study (successive halving records each trial's
-    # value at every rung it completed) get it back by replaying each restored trial's
-    # intermediate values, one step at a time, in the order the trial reported them.
+    # value at every rung it completed) find it in the study rebuilt from each Trial's
+    # bounded state (Searcher.trial_state, with the rung values).  A Trial written before
+    # that state existed gets it back by replaying its intermediate values, one step at
+    # a time, in the order the trial reported them.
     replays_history = False
 
-    def restore(self, trials: Iterable[TrialInfo]) -> None:
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
         if not self.replays_history:
             return
         study = self.searcher.study
         storage = study._storage
         for trial in sorted(trials, key=lambda t: t.index):
+            if trial.name in self.searcher.restored_bounded:
+                continue
             trial_id = self.searcher.trial_id(trial.index)
             steps = sorted(storage.get_trial(trial_id).intermediate_values.items())
             prefix: dict[int, float] = {}

@@ -3,6 +3,8 @@ with different early-stopping rates; each trial is assigned to one bracket (by a
 of its number) and competes only with the trials in that bracket."""
 from __future__ import annotations
 
+from typing import Any, Iterable, Mapping
+
 import optuna
 
 from kubetune.core.schedulers.asha import ASHAScheduler
@@ -23,6 +25,12 @@ class HyperBandScheduler(ASHAScheduler):
         # The pruner's own assignment (a hash of study name and trial number), so the
         # explanation names the bracket the trial was judged in.
         return self.pruner._get_bracket_id(self.searcher.study, frozen)
+
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
+        # the brackets exist once the pruner has judged a trial; a restore judges none
+        if not self.pruner._pruners:
+            self.pruner._try_initialization(self.searcher.study)
+        super().restore(trials, states)
 
     def prune(self, frozen: optuna.trial.FrozenTrial) -> bool:
         # HyperbandPruner builds its per-bracket view from the real study itself.

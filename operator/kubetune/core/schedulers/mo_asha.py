@@ -45,9 +45,9 @@ class MOASHAScheduler(TrialScheduler):
     def _judge(self, name: str, iteration: int, vector: list[float]) -> SchedulerDecision:
         rung = self._reached.get(name, 0)
         while iteration >= self.milestone(rung):
-            if any(math.isnan(v) for v in vector):
+            if not all(math.isfinite(v) for v in vector):   # the worst value (core/values.py)
                 return SchedulerDecision(Action.STOP, "EarlyStopped",
-                                         f"reported NaN for an objective at iteration {iteration}")
+                                         f"reported a non-finite value for an objective at iteration {iteration}")
             loss = [sign * v for sign, v in zip(self._signs, vector)]
             recorded = self._rungs.setdefault(rung, {})
             recorded[name] = loss

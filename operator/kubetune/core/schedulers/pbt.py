@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler, fmt
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
+from kubetune.core.values import judged
 from kubetune.spec.model import ExperimentSpec, Param
 
 PERTURBATION_FACTORS = (0.8, 1.2)
@@ -46,7 +47,6 @@ class PBTScheduler(TrialScheduler):
         self.interval = sched.perturbation_interval
         self.quantile = sched.quantile_fraction
         self.resample_probability = sched.resample_probability
-        self._rng = random.Random(spec.search.seed)
         self._live: dict[str, TrialInfo] = {}
         self._score: dict[str, float] = {}             # latest objective, for ranking
         self._last_perturbation: dict[str, int] = {}   # iteration of the last check
@@ -84,8 +84,11 @@ class PBTScheduler(TrialScheduler):
         if not donors:
             self._skipped_exploits += 1
             return CONTINUE        # nothing to copy yet; judged again next interval
-        donor = self._rng.choice(donors)
-        new_params = self.explore(donor.params)
+        # Random choices drawn from (seed, trial, iteration): the same after an operator
+        # restart as without one.
+        rng = random.Random(f"{self.spec.search.seed}/{trial.name}/{trial.iteration}")
+        donor = rng.choice(donors)
+        new_params = self.explore(donor.params, rng)
         # The restarted trial continues from the donor's checkpoint iteration.
         self._last_perturbation[trial.name] = donor.checkpoint_iteration
         changes = ", ".join(f"{k}={_short(v)}" for k, v in new_params.items() if donor.params.get(k) != v)
@@ -104,24 +107,33 @@ class PBTScheduler(TrialScheduler):
                 "checkpoint to continue from; save one with kubetune.report(metrics, checkpoint=directory) "
                 "at least every perturbationInterval iterations")
 
-    def explore(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def explore(self, params: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
         explored = {}
         for name, param in self.spec.search_space.items():
-            if name not in params or self._rng.random() < self.resample_probability:
-                explored[name] = self.searcher.resample(name)
+            if name not in params or rng.random() < self.resample_probability:
+                explored[name] = self.searcher.resample(name, rng)
             else:
-                explored[name] = perturb(param, params[name], self._rng)
+                explored[name] = perturb(param, params[name], rng)
         return explored
 
-    def restore(self, trials: Iterable[TrialInfo]) -> None:
+    def trial_state(self, trial: TrialInfo) -> dict[str, Any]:
+        if trial.name not in self._live:
+            return {}
+        return {"lastPerturbation": self._last_perturbation.get(trial.name, 0)}
+
+    def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
         for trial in trials:
             if trial.phase.is_terminal:
                 continue
             self._live[trial.name] = trial
             if trial.last_value is not None:
-                self._score[trial.name] = trial.last_value
+                self._score[trial.name] = judged(trial.last_value)
+            recorded = (states.get(trial.name) or {}).get("lastPerturbation")
+            if isinstance(recorded, int):
+                self._last_perturbation[trial.name] = recorded
+                continue
             last = trial.lineage[-1]["iteration"] if trial.lineage else 0
-            # Without a record of the last check, assume one at the last interval boundary.
+            # A Trial from before the state was recorded: assume a check at the last boundary.
             self._last_perturbation[trial.name] = max(last, trial.iteration // self.interval * self.interval)
 
 

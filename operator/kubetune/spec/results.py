@@ -1,0 +1,58 @@
+"""What a reported result may hold, checked where results enter kubetune
+(``kubetune.report`` in a Ray trial, the push ingest, the stdout collector), so a bad
+value is the trial's error, told to the trial with the metric's name, and never
+reaches a write to the API server:
+
+- a metric is a number (int, float; bool counts as 0/1) or a string;
+- NaN and +-Infinity are accepted and kept as they are (a diverging learning rate is
+  the most common result in tuning): see core/values.py for what they mean and
+  core/sanitize.py for how Kubernetes gets them;
+- an integer outside int64 is refused (the API server and every database store int64);
+- anything else (None, lists, dicts, objects) is refused.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+MAX_METRIC_NAME = 256
+MAX_METRICS = 1000           # per result
+
+
+class MetricError(ValueError):
+    """A reported result kubetune cannot take; the message names the metric and the fix."""
+
+
+def check_metric(name: str, value: Any) -> int | float | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise MetricError(f"metric {name!r} is {value}, outside the 64-bit integer range; "
+                              "report it as a float or a string")
+        return value
+    if isinstance(value, (float, str)):
+        return value
+    raise MetricError(f"metric {name!r} is a {type(value).__name__}; report numbers or strings "
+                      "(one metric per name, e.g. {'loss': 0.3, 'phase': 'warmup'})")
+
+
+def check_metrics(metrics: Any) -> dict[str, int | float | str]:
+    """The metrics dict of one result, checked; raises ``MetricError``."""
+    if not isinstance(metrics, Mapping):
+        raise MetricError(f"metrics must be a dict of name -> number or string, got {type(metrics).__name__}")
+    if len(metrics) > MAX_METRICS:
+        raise MetricError(f"{len(metrics)} metrics in one result; at most {MAX_METRICS}")
+    checked = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key or len(key) > MAX_METRIC_NAME:
+            raise MetricError(f"metric name {str(key)[:80]!r}: must be a non-empty string of at most "
+                              f"{MAX_METRIC_NAME} characters")
+        checked[key] = check_metric(key, value)
+    return checked
+
+
+def check_iteration(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
+        raise MetricError(f"iteration must be an integer >= 1 and at most {INT64_MAX} (int64), got {value!r}")
+    return value

@@ -1,0 +1,109 @@
+"""Issue 14: a Trial's status is bounded whatever the number of results, valid JSON
+whatever a trial reports, and a restarted operator rebuilt from it alone decides
+exactly what the one that was never restarted decides."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from unit_helpers import cpu_ledger, make_runner, make_spec, records_of
+from kubetune.controller import render
+from kubetune.core.curve import CURVE_POINTS
+from kubetune.core.simulate import Simulator
+from kubetune.core.types import Result, TrialPhase
+
+
+def diverging(params, iteration) -> float:
+    """A learning curve; trials with x > 0.8 diverge (NaN, then +-Infinity)."""
+    if params["x"] > 0.8 and iteration > 3:
+        return [math.nan, math.inf, -math.inf][iteration % 3]
+    return (params["x"] - 0.3) ** 2 + 1.0 / iteration
+
+
+def outcome(runner):
+    return [(t.name, sorted(t.params.items()), t.phase, t.reason, t.message, t.iteration, t.best_value,
+             [dict(p) for p in t.history], t.lineage) for t in runner.trials.values()]
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "asha", "hyperband", "median", "pbt"])
+@pytest.mark.parametrize("algorithm", ["tpe", "random"])
+def test_a_restart_from_the_bounded_status_decides_exactly_as_no_restart(scheduler, algorithm):
+    # 150 iterations: curves past their 64 points, median milestones past the dense ones
+    spec = make_spec(searchSpace={"x": {"uniform": [0, 1]}, "y": {"loguniform": [1e-3, 1]}},
+                     search={"algorithm": algorithm, "seed": 11},
+                     scheduler={"type": scheduler, "maxIterations": 150, "gracePeriod": 2,
+                                "perturbationInterval": 10},
+                     budget={"maxTrials": 16, "parallelism": 4}, trial={"resources": {"cpu": 1}})
+    steady = Simulator(make_runner(spec, cpu_ledger(4)), diverging)
+    steady.run()
+
+    first = make_runner(spec, cpu_ledger(4))
+    restarted = Simulator(first, diverging)
+    for restart_at in (90, 260):          # two operator restarts, mid-trial
+        while restarted.now < restart_at and not restarted.runner.finished:
+            restarted.tick()
+        records = records_of(restarted.runner)
+        restarted.runner = make_runner(spec, cpu_ledger(4))
+        restarted.runner.restore(records)
+    restarted.run()
+
+    assert steady.runner.finished == restarted.runner.finished
+    assert outcome(restarted.runner) == outcome(steady.runner)
+
+
+def test_a_trial_status_stays_bounded_and_flat_whatever_the_number_of_results():
+    spec = make_spec(scheduler={"type": "median", "gracePeriod": 1}, budget={"maxTrials": 1, "parallelism": 1})
+    runner = make_runner(spec)
+    name = [d for d in runner.step(0.0) if type(d).__name__ == "LaunchTrial"][0].name
+    runner.on_trial_launched(name, 0.0)
+    sizes = {}
+    for seq in range(30_000):
+        metrics = {"loss": 1.0 / (seq + 1), "acc": seq / 30_000, "lr": 0.1, "grad_norm": math.nan,
+                   "note": "x" * 300}
+        runner.on_trial_result(name, Result(seq, seq + 1, metrics, 0.0), 0.0)
+        if seq + 1 in (1_000, 10_000, 30_000):
+            status = render.trial_status(runner.trials[name], objective="loss",
+                                         decision_state=runner.decision_state(name))
+            sizes[seq + 1] = len(json.dumps(status, allow_nan=False))
+    assert max(sizes.values()) < 48 * 1024, sizes
+    assert sizes[30_000] - sizes[1_000] < 2048, sizes        # flat, not growing with results
+    trial = runner.trials[name]
+    assert len(trial.history) <= CURVE_POINTS
+    assert trial.history[0]["iteration"] == 1 and trial.history[-1]["iteration"] > 29_000
+
+
+def test_non_finite_objectives_are_the_worst_and_written_as_strings():
+    spec = make_spec(objective={"metric": "loss", "mode": "min", "goal": 0.0},
+                     budget={"maxTrials": 2, "parallelism": 2})
+    runner = make_runner(spec)
+    launched = [d.name for d in runner.step(0.0) if type(d).__name__ == "LaunchTrial"]
+    for name in launched:
+        runner.on_trial_launched(name, 0.0)
+    a, b = launched
+    runner.on_trial_result(a, Result(0, 1, {"loss": -math.inf, "other": math.inf}, 0.0), 0.0)  # not the goal
+    runner.on_trial_result(b, Result(0, 1, {"loss": 2.0}, 0.0), 0.0)
+    runner.on_trial_result(a, Result(1, 2, {"loss": math.nan}, 0.0), 0.0)
+    assert runner.finished is None
+    assert runner.summary(0.0).best_trial == b and runner.summary(0.0).best_metric == 2.0
+    assert runner.trials[a].best_value is None and math.isnan(runner.trials[a].last_value)
+
+    status = json.loads(json.dumps(render.trial_status(runner.trials[a], objective="loss"), allow_nan=False))
+    assert status["lastObjective"] == "NaN" and "bestMetric" not in status
+    assert status["history"][0] == {"iteration": 1, "loss": "-Infinity", "other": "Infinity"}
+    restored = render.trial_record({"metadata": {"name": a}, "spec": {"index": 0}, "status": status})
+    assert math.isnan(restored.last_value) and restored.history[0]["loss"] == -math.inf
+
+
+def test_an_asha_trial_that_diverges_is_stopped_at_its_rung_and_never_best():
+    spec = make_spec(scheduler={"type": "asha", "maxIterations": 9, "gracePeriod": 1, "reductionFactor": 3},
+                     budget={"maxTrials": 6, "parallelism": 6}, search={"seed": 3})
+    runner = make_runner(spec)
+    sim = Simulator(runner, lambda p, i: math.nan if p["x"] > 0.5 else p["x"] + 1.0 / i)
+    sim.run()
+    diverged = [t for t in runner.trials.values() if t.params["x"] > 0.5]
+    assert diverged
+    assert all(t.phase is TrialPhase.STOPPED and t.iteration == 1 for t in diverged)
+    assert runner.trials[runner.summary(0).best_trial].params["x"] <= 0.5
+    assert math.isfinite(runner.summary(0).best_metric)
