@@ -1,6 +1,7 @@
 """A tiny real HTTP proxy in front of the real kube-apiserver that answers some
-requests itself with ``429 TooManyRequests``, as a loaded API server's priority and
-fairness does: transient API errors injected honestly, with no mock of the client.
+requests itself, with the API server's own Status bodies: ``429 TooManyRequests`` as
+a loaded API server's priority and fairness does, or ``422 Invalid`` as a validating
+admission webhook may: API errors injected honestly, with no mock of the client.
 
 The operator is pointed at it with a kubeconfig (plain HTTP on localhost); the proxy
 forwards everything else to the test control plane with the admin credentials,
@@ -21,12 +22,14 @@ from kubetune.devcluster.processes import free_port
 
 __all__ = ["FlakyApiServer"]
 
+REASONS = {429: "TooManyRequests", 422: "Invalid", 403: "Forbidden", 500: "InternalError"}
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
 
 
 class FlakyApiServer:
-    def __init__(self, kubeconfig: Path, workdir: Path, fail: Callable[[str, str], bool]) -> None:
-        """``fail(method, path)`` says whether to refuse this request with 429."""
+    def __init__(self, kubeconfig: Path, workdir: Path, fail: Callable[[str, str], int | None]) -> None:
+        """``fail(method, path)`` says how to refuse this request: 429 (the API server's
+        TooManyRequests), 422 (Invalid), or None to forward it."""
         self._kubeconfig = kubeconfig
         self._workdir = workdir
         self._fail = fail
@@ -90,12 +93,13 @@ class FlakyApiServer:
         await self._session.close()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if self._fail(request.method, request.path):
+        code = self._fail(request.method, request.path)
+        if code:
             self.refused += 1
-            status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
-                      "reason": "TooManyRequests", "message": "injected by the test's flaky API proxy"}
-            return web.Response(status=429, text=json.dumps(status), content_type="application/json",
-                                headers={"Retry-After": "1"})
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                      "reason": REASONS[code], "message": "injected by the test's flaky API proxy"}
+            return web.Response(status=code, text=json.dumps(status), content_type="application/json",
+                                headers={"Retry-After": "1"} if code == 429 else {})
         self.forwarded += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         body = await request.read()

@@ -3,9 +3,12 @@ x 30,000 results x 5 metrics through the operator on the real control plane and 
 Ray: the Experiment reaches Succeeded, each Trial stays <= 64 KiB, and the bytes the
 API server receives per result stay flat from result 1,000 to 30,000 -- measured by
 the API server itself (``apiserver_request_body_size_bytes``), not by kubetune.
-The same after an operator SIGKILL halfway."""
+The same after an operator SIGKILL halfway; and ``kubetune results`` returns all
+60,000 results from the results store."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import time
@@ -14,6 +17,7 @@ import pytest
 
 from k8s_helpers import create, experiment, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
+from test_results_operator import kubetune_results
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +95,18 @@ def check_finished(api, namespace: str, name: str) -> list[dict]:
     return items
 
 
+def check_every_result_stored(operator, namespace: str, name: str) -> None:
+    """``kubetune results`` returns all 60,000 results, each (trial, iteration) once."""
+    def all_stored():
+        listed = kubetune_results(operator.results_url, name, "-n", namespace, "-o", "csv")
+        rows = list(csv.DictReader(io.StringIO(listed.stdout))) if listed.returncode == 0 else []
+        return rows if len(rows) >= 2 * RESULTS_PER_TRIAL else None
+    rows = wait_for(all_stored, timeout=120, interval=2, message="60,000 results in the results store")
+    assert len(rows) == 2 * RESULTS_PER_TRIAL
+    assert len({(row["trial"], int(row["iteration"])) for row in rows}) == 2 * RESULTS_PER_TRIAL
+    assert {row["phase"] for row in rows} <= {"warmup", "train"}
+
+
 def test_two_trials_of_30000_results_succeed_with_bounded_trials_and_flat_write_bytes(
         operator, experiments_api, namespace, kube_cluster):
     create(experiments_api, namespace, chatty_experiment("chatty"))
@@ -98,6 +114,7 @@ def test_two_trials_of_30000_results_succeed_with_bounded_trials_and_flat_write_
                                    until=lambda n: n >= 2 * RESULTS_PER_TRIAL, timeout=300)
     wait_condition(experiments_api, namespace, "chatty", "Succeeded", timeout=120, operator=operator)
     check_finished(experiments_api, namespace, "chatty")
+    check_every_result_stored(operator, namespace, "chatty")
 
     early_per_result, early_per_write = per_result(samples, 2_000, 20_000)
     late_per_result, late_per_write = per_result(samples, 40_000, 2 * RESULTS_PER_TRIAL - 2_000)
@@ -120,6 +137,7 @@ def test_the_same_after_an_operator_sigkill_halfway(operator, experiments_api, n
     operator.start()
     wait_condition(experiments_api, namespace, "killed", "Succeeded", timeout=300, operator=operator)
     items = check_finished(experiments_api, namespace, "killed")
+    check_every_result_stored(operator, namespace, "killed")
     assert halfway < 2 * RESULTS_PER_TRIAL, "the SIGKILL came after the end: not halfway"
     wait_for(lambda: "restored 2 trials" in operator.log(), timeout=10, message="the restart restored both trials")
     assert sum(t["status"]["attempt"] for t in items) == 0      # re-attached, not rerun

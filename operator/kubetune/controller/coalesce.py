@@ -75,5 +75,6 @@ class WriteCoalescer:
         self._wanted.pop(key, None)
 
     @property
-    def pending(self) -> bool:
-        return bool(self._wanted)
+    def pending(self) -> list[str]:
+        """The keys with a status still to write."""
+        return list(self._wanted)

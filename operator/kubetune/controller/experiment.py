@@ -426,6 +426,11 @@ class ExperimentController:
                 waiting.add(name)
             index += 1
 
+    def _uncreated(self) -> set[str]:
+        """Trials whose Trial resource is not created yet: no status is written for them
+        (the API would answer 404, and the status would count as written)."""
+        return {effect.decision.name for effect in self._effects if isinstance(effect.decision, CreateTrial)}
+
     def _pending_effects(self) -> set[str]:
         """Trials with an effect still to hold: not polled meanwhile (a launch not yet out
         has no run to ask about)."""
@@ -505,7 +510,7 @@ class ExperimentController:
         """Write a trial's status now, ahead of the side effect that follows (record intent
         first): an operator killed in between restarts from what it was about to do."""
         trial = self.runner.trials.get(name)
-        if trial is None:
+        if trial is None or name in self._uncreated():
             return
         status = self._trial_status(name)
         patch = merge_patch(self._trial_writes.last_written(name), status)
@@ -734,12 +739,16 @@ class ExperimentController:
             return
         now = self._clock()
         waiting = set()
+        uncreated = self._uncreated()
         for name in self._touched:
             trial = self.runner.trials.get(name)
             if trial is None:
                 continue
+            if name in uncreated:
+                waiting.add(name)
+                continue
             # a change that keeps the phase is not written before the interval: render it
-            # then (a Trial's history grows with every result; rendering is O(history))
+            # then (rendering a bounded status still costs more than a result)
             phase = self._platform_queue.trial_status(name, {"phase": trial.phase.value})["phase"]
             if not force and self._trial_writes.can_wait(name, phase, now):
                 waiting.add(name)
@@ -809,10 +818,12 @@ class ExperimentController:
             return
         if not self._write_failures.ready("Experiment", now):
             return
-        if summary.finished is not None and self._trial_writes.pending:
+        if summary.finished is not None and (self._uncreated() or any(
+                not self._write_failures.surfaced(f"Trial {name}") for name in self._trial_writes.pending)):
             # Succeeded/Failed goes out after the Trials' final statuses (retried if the
             # API refused them), so `kubectl wait` never returns ahead of them; a Trial
-            # write that keeps failing holds it back at most FINISH_WAITS_FOR_TRIALS_S
+            # write that keeps failing (shown as StatusWriteFailed) does not hold it, nor
+            # anything for longer than FINISH_WAITS_FOR_TRIALS_S
             self._finished_at = self._finished_at if self._finished_at is not None else now
             if now - self._finished_at < FINISH_WAITS_FOR_TRIALS_S:
                 return

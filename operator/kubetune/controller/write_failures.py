@@ -50,6 +50,11 @@ class WriteFailures:
             return True
         return False
 
+    def surfaced(self, key: str) -> bool:
+        """Is ``key`` failing in a way already shown on the Experiment?"""
+        failing = self._failing.get(key)
+        return failing is not None and failing.surfaced
+
     def succeeded(self, key: str) -> None:
         self._failing.pop(key, None)
 
