@@ -41,9 +41,10 @@ def use_test_auth_token() -> str:
 use_test_auth_token()
 
 
-def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 60.0,
+def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 180.0,
                    port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
     """Start a Ray head in a new process group; returns (process, address, temp dir).
+    ``timeout_s``: on a loaded 2-core machine a head has taken over a minute to start.
     ``port``: the GCS port (default: a free one), e.g. to restart a head at its address."""
     ray_bin = Path(sys.executable).with_name("ray")
     port = port or free_port()

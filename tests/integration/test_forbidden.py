@@ -1,7 +1,7 @@
 """Issue 14: a missing permission is a Failed condition that names it, not a silent
-loop.  The chart installed without ``podExecutor.enabled`` and the operator running
-with nothing but its ServiceAccount's token (test_chart.ChartOperator): a pod
-Experiment cannot list or create Pods there."""
+loop.  The chart installed with ``podExecutor.enabled`` but a Role missing its rules
+on Pods, and the operator running with nothing but its ServiceAccount's token
+(test_chart.ChartOperator): a pod Experiment cannot list or create Pods there."""
 from __future__ import annotations
 
 import pytest
@@ -17,7 +17,12 @@ pytestmark = pytest.mark.integration
 def test_a_pod_experiment_without_pod_rbac_is_failed_naming_the_permission(
         helm, kube_cluster, namespace, home_namespace, tmp_path):
     operator = ChartOperator(helm, kube_cluster, "local", tmp_path, release="kt", home=home_namespace,
-                             values={"watchNamespaces": [namespace]})
+                             values={"watchNamespaces": [namespace], "podExecutor": {"enabled": True}})
+    # the pod executor switched on, but its Role without the rules on Pods: RBAC an
+    # administrator got wrong, refused by the real API server
+    for document in operator.documents:
+        if document["kind"] == "Role":
+            document["rules"] = [rule for rule in document["rules"] if "pods" not in rule.get("resources", ())]
     with kube_cluster.api_client() as admin_client:
         operator.install(admin_client)
         custom = client.CustomObjectsApi(admin_client)

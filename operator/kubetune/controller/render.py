@@ -217,15 +217,11 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
         conditions = set_condition(conditions, "Running", True, "TrialsRunning", message,
                                    now=now, generation=generation)
-        if any(c["type"] == "Failed" and c["status"] == "True" and c.get("reason") == "Forbidden"
-               for c in conditions):
-            conditions = set_condition(conditions, "Failed", False, "PermissionGranted", "",
-                                       now=now, generation=generation)
         if any(c["type"] == "Suspended" for c in conditions):
             conditions = set_condition(conditions, "Suspended", False, "Resumed", "",
                                        now=now, generation=generation)
-    if finished is None:
-        # the run goes on (maxTrials raised, a fixed spec): conditions describe this
+    if finished is None and blocked is None:
+        # the run goes on (maxTrials raised, a fixed spec, a permission granted): conditions describe this
         # generation, so an earlier outcome is withdrawn (kubectl wait must not return)
         for type_ in ("Succeeded", "Failed"):
             if any(c["type"] == type_ and c["status"] == "True" for c in conditions):
