@@ -1,5 +1,9 @@
-"""``make e2e``: the product on a real cluster — kind, KubeRay, the kubetune chart, the
-KubeRay example — where a Docker engine runs.
+"""``make e2e``: the product on a real cluster.
+
+On Linux as root it runs the real-node path, tests/integration/test_real_node.py
+(kubetune.devcluster.node: containerd + kubelet beside the embedded control plane,
+images built with buildah; `make test` runs it too).  Elsewhere, kind, KubeRay, the
+kubetune chart and the KubeRay example, where a Docker engine runs.
 
 Where there is no Docker engine (our CI machines, this repository's dev boxes) it
 prints why and exits 0 without running anything: skipped, never faked.  With
@@ -107,10 +111,18 @@ def laptop_manifests() -> tuple[dict, dict]:
 
 
 def main() -> int:
+    sys.path.insert(0, str(REPO / "operator"))
+    from kubetune.devcluster.node.node import why_not_here
+    node_problem = why_not_here()
+    if node_problem is None:
+        say("Linux with root: the real node (tests/integration/test_real_node.py)")
+        return subprocess.call([sys.executable, "-m", "pytest", "-q", "-ra",
+                                str(REPO / "tests" / "integration" / "test_real_node.py")], cwd=REPO)
     problem = docker_engine_problem()
     if problem:
-        skip(problem + ". Nothing was run: the chart, RBAC, metrics and conditions are covered "
-             "against a real API server and real Ray by tests/integration/test_chart.py")
+        skip(f"no real node here ({node_problem}) and no kind ({problem}). Nothing was run: the chart, "
+             "RBAC, metrics and conditions are covered against a real API server and real Ray by "
+             "tests/integration/test_chart.py")
     if shutil.which("kubectl") is None:
         say("kubectl is required on PATH")
         return 1

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from kubetune.devcluster.gobuild import BuildError, GoModule, Log, cache_root, env_paths
 
-__all__ = ["ALL_BINARIES", "BuildError", "GOMOD_DIR", "KUBERNETES", "Log", "PACKAGES", "cache_root",
+__all__ = ["ALL_BINARIES", "NODE_BINARIES", "BuildError", "GOMOD_DIR", "KUBERNETES", "Log", "PACKAGES", "cache_root",
            "ensure_binaries", "etcd_version", "kubectl", "kubernetes_version"]
 
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
@@ -31,8 +31,12 @@ PACKAGES = {
     # the user's client: tests apply the examples with it, because it reads YAML 1.1
     # (`y:` becomes true) where PyYAML does not
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    # the real node (devcluster/node): built only when a node is asked for
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
 }
-ALL_BINARIES = tuple(PACKAGES)
+NODE_BINARIES = ("kubelet", "kube-proxy")
+ALL_BINARIES = tuple(name for name in PACKAGES if name not in NODE_BINARIES)
 
 
 def _component_base_version(module: GoModule) -> dict[str, str]:

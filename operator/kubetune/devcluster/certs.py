@@ -30,12 +30,14 @@ class Pki:
     sa_pub: Path        # public: kube-apiserver verifies tokens
     admin_cert: Path
     admin_key: Path
+    kubelet_client_cert: Path    # the apiserver's client certificate towards kubelets (logs, exec)
+    kubelet_client_key: Path
 
     @classmethod
     def in_dir(cls, directory: Path) -> "Pki":
         return cls(*(directory / name for name in (
             "ca.crt", "ca.key", "apiserver.crt", "apiserver.key",
-            "sa.key", "sa.pub", "admin.crt", "admin.key",
+            "sa.key", "sa.pub", "admin.crt", "admin.key", "kubelet-client.crt", "kubelet-client.key",
         )))
 
 
@@ -69,8 +71,9 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, days: int) -> x5
             .not_valid_after(now + datetime.timedelta(days=days)))
 
 
-def generate(directory: Path, *, days: int = 365) -> Pki:
-    """Write a fresh PKI into ``directory`` and return the paths."""
+def generate(directory: Path, *, days: int = 365, addresses: tuple[str, ...] = ()) -> Pki:
+    """Write a fresh PKI into ``directory`` and return the paths; ``addresses``: more IP
+    addresses the apiserver serves on (a node's bridge address)."""
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki.in_dir(directory)
 
@@ -101,6 +104,7 @@ def generate(directory: Path, *, days: int = 365) -> Pki:
     serving_key, serving_cert = leaf(_name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, [
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address(KUBERNETES_SERVICE_IP)),
+        *(x509.IPAddress(ipaddress.ip_address(address)) for address in addresses),
         *(x509.DNSName(name) for name in (
             "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local")),
@@ -112,6 +116,12 @@ def generate(directory: Path, *, days: int = 365) -> Pki:
     admin_key, admin_cert = leaf(_name("admin", "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH)
     _write_key(pki.admin_key, admin_key)
     _write_cert(pki.admin_cert, admin_cert)
+
+    # kubelets accept it (their clientCAFile is this CA); system:masters for their webhook authorizer
+    client_key, client_cert = leaf(_name("kube-apiserver-kubelet-client", "system:masters"),
+                                   ExtendedKeyUsageOID.CLIENT_AUTH)
+    _write_key(pki.kubelet_client_key, client_key)
+    _write_cert(pki.kubelet_client_cert, client_cert)
 
     sa_key = _key()
     _write_key(pki.sa_key, sa_key)

@@ -25,11 +25,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the plane keeps its state (default: ${KUBETUNE_CACHE:-~/.cache/kubetune}/devcluster)")
     parser.add_argument("--with-scheduler", action="store_true",
                         help="also run kube-scheduler (needed for pod trials)")
+    parser.add_argument("--node", action="store_true",
+                        help="also run a real node (containerd, kubelet, kube-proxy, cluster DNS; Linux, root): "
+                             "pods run as containers; implies --with-scheduler")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness (up)")
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def _stop(plane) -> None:
+    """Stop the plane, and first its node if it has one (pods before the kubelet, ...)."""
+    from kubetune.devcluster.node.node import Node
+    node = Node.attach(plane, log=_log)
+    if node is not None:
+        node.stop()
+    plane.stop()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -56,10 +68,14 @@ def main(args: argparse.Namespace) -> int:
             print(export)
             return 0
         if plane is not None:
-            plane.stop()  # leftovers of a crashed plane
+            _stop(plane)  # leftovers of a crashed plane
         try:
-            ControlPlane(state_dir, with_scheduler=args.with_scheduler, log=_log).start(timeout=args.timeout)
-        except (ControlPlaneError, BuildError) as exc:
+            if args.node:
+                from kubetune.devcluster.node.node import start_cluster
+                start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
+            else:
+                ControlPlane(state_dir, with_scheduler=args.with_scheduler, log=_log).start(timeout=args.timeout)
+        except (ControlPlaneError, BuildError, RuntimeError) as exc:
             _log(f"devcluster: start failed: {exc}")
             return 1
         where = f" --state-dir {shlex.quote(str(state_dir))}" if args.state_dir else ""
@@ -71,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         if plane is None:
             _log(f"devcluster: nothing to stop in {state_dir}")
             return 0
-        plane.stop()
+        _stop(plane)
         _log(f"devcluster: stopped {', '.join(r.name for r in plane.records) or 'nothing'}; removed {state_dir}")
         return 0
 

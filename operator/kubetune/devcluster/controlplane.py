@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -47,8 +48,12 @@ class ControlPlaneError(RuntimeError):
 
 class ControlPlane:
     def __init__(self, state_dir: str | Path, *, with_scheduler: bool = False, install_crds: bool = True,
-                 crds_dir: str | Path | None = None, die_with_parent: bool = False, log: Log = print):
+                 crds_dir: str | Path | None = None, die_with_parent: bool = False, log: Log = print,
+                 address: str = "127.0.0.1"):
+        """``address``: where the apiserver listens; a real node's bridge address makes it
+        the `kubernetes` Service's endpoint, reachable from pods (devcluster/node)."""
         self.state_dir = Path(state_dir).resolve()
+        self.address = address
         self.with_scheduler = with_scheduler
         self.install_crds = install_crds
         self.crds_dir = Path(crds_dir) if crds_dir else None
@@ -81,6 +86,7 @@ class ControlPlane:
         except (OSError, ValueError):
             return None
         plane.server = state.get("server")
+        plane.address = urllib.parse.urlsplit(plane.server or "https://127.0.0.1").hostname or "127.0.0.1"
         plane.with_scheduler = state.get("with_scheduler", False)
         plane.records = [ProcessRecord.from_dict(r) for r in state.get("processes", [])]
         return plane
@@ -102,7 +108,8 @@ class ControlPlane:
         started = time.monotonic()
         deadline = started + timeout
         try:
-            pki = certs.generate(self.state_dir / "pki")
+            pki = certs.generate(self.state_dir / "pki",
+                                 addresses=() if self.address == "127.0.0.1" else (self.address,))
             etcd_url = self._start_etcd(binaries["etcd"], deadline)
             self._start_apiserver(binaries["kube-apiserver"], etcd_url, pki, deadline)
             self._write_kubeconfig(pki)
@@ -211,19 +218,25 @@ class ControlPlane:
 
     def _start_apiserver(self, binary: Path, etcd_url: str, pki: certs.Pki, deadline: float) -> None:
         port = processes.free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        self.server = f"https://{self.address}:{port}"
+        on_loopback = self.address == "127.0.0.1"
         self._spawn("kube-apiserver", [
             str(binary), f"--etcd-servers={etcd_url}",
             f"--cert-dir={self.state_dir / 'apiserver-certs'}",
             f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
-            f"--secure-port={port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={port}", f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--service-cluster-ip-range={certs.SERVICE_CIDR}", "--authorization-mode=RBAC",
             f"--service-account-issuer={self.server}/",
             f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
             "--allow-privileged=true", "--profiling=false",
-            # the `kubernetes` Endpoints may not hold a loopback address; no pod needs it here
-            "--endpoint-reconciler-type=none",
+            # logs, exec, port-forward: the kubelet authenticates the apiserver by this certificate
+            f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+            f"--kubelet-client-key={pki.kubelet_client_key}",
+            "--kubelet-preferred-address-types=InternalIP",
+            # the `kubernetes` Endpoints may not hold a loopback address; with a node the
+            # apiserver serves on the bridge address, which pods reach
+            *(["--endpoint-reconciler-type=none"] if on_loopback else []),
         ])
         self._wait("kube-apiserver", "/readyz", deadline, lambda: self._get("/readyz")[0] == 200)
 
