@@ -85,6 +85,8 @@ class Node:
     @classmethod
     def attach(cls, plane, log: Log = print) -> "Node | None":
         """The node recorded in ``plane``'s state directory (``devcluster down``), if any."""
+        if not (plane.state_dir / "node" / "node.json").exists():
+            return None     # a plane without a node (it may serve on loopback)
         node = cls(plane, log=log)
         try:
             node.records = [processes.ProcessRecord.from_dict(r)
