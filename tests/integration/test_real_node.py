@@ -37,7 +37,9 @@ RELEASE, HOME = "kubetune", "kubetune-system"
 MACHINE_LOCK = Path("/run/kubetune-node.lock")
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(bool(why_not_here()), reason=str(why_not_here()))]
+              pytest.mark.skipif(bool(why_not_here()), reason=str(why_not_here())),
+              # the first test carries the module's setup: packages, builds, images when cold
+              pytest.mark.timeout(3600)]
 
 
 def log(message: str) -> None:
@@ -125,6 +127,15 @@ def ready(pod) -> bool:
 def release(real_cluster, operator_image):
     """``helm install`` of charts/kubetune, as the README says, with the locally built image."""
     repository, tag = operator_image.rsplit(":", 1)
+    # the chart's results PVC (default values) needs a volume: this node has no
+    # provisioner, so a hostPath PersistentVolume it can bind, writable by the operator
+    results = real_cluster.node.dir / "volumes" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    results.chmod(0o777)
+    real_cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "kubetune-results"},
+        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(results)}}}))
     real_cluster.helm("install", RELEASE, str(REPO / "charts" / "kubetune"), "--namespace", HOME,
                       "--create-namespace", "--set", f"image.repository={repository}",
                       "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
