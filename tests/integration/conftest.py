@@ -2,6 +2,7 @@
 (ray_fixtures), the operator process (operator_fixtures), PostgreSQL
 (postgres_fixtures)."""
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -20,5 +21,12 @@ def _results_store_of_the_session():
     """Processes the tests start without a --results-url (kubetune run, the chart's
     operator) write to a store of this session, never to the user's own."""
     directory = tempfile.mkdtemp(prefix="kubetune-results-")
-    os.environ.setdefault("KUBETUNE_RESULTS_URL", f"sqlite:///{directory}/results.db")
+    before = os.environ.get("KUBETUNE_RESULTS_URL")
+    os.environ["KUBETUNE_RESULTS_URL"] = f"sqlite:///{directory}/results.db"
     yield
+    # put back what the user had, so nothing leaks into later tests (tests/unit)
+    if before is None:
+        os.environ.pop("KUBETUNE_RESULTS_URL", None)
+    else:
+        os.environ["KUBETUNE_RESULTS_URL"] = before
+    shutil.rmtree(directory, ignore_errors=True)

@@ -107,3 +107,22 @@ def test_an_asha_trial_that_diverges_is_stopped_at_its_rung_and_never_best():
     assert all(t.phase is TrialPhase.STOPPED and t.iteration == 1 for t in diverged)
     assert runner.trials[runner.summary(0).best_trial].params["x"] <= 0.5
     assert math.isfinite(runner.summary(0).best_metric)
+
+
+def test_a_full_experiment_status_keeps_its_outcome_conditions():
+    """The Experiment status is shrunk to its cap, but never by dropping conditions: a
+    restarted operator and ``kubectl wait --for=condition=Succeeded`` read the outcome
+    there. Long parameter values of the best trial are cut as on the Pareto front."""
+    from kubetune.core.types import ExperimentSummary, FinishExperiment
+    summary = ExperimentSummary(
+        counts={p.value: 0 for p in TrialPhase}, created=3, max_trials=3, best_trial="exp-1",
+        best_params={f"p{i:02d}": "v" * 400 for i in range(30)}, best_metric=0.5,
+        finished=FinishExperiment("Succeeded", "MaxTrialsReached", "all 3 trials done; " + "m" * 5000))
+    extra = [(f"Extra{i}", True, "Why", "x" * 5000) for i in range(6)]
+    status = render.experiment_status(summary, total=3, previous={}, generation=2, now=0.0, suspended=False,
+                                      extra_conditions=extra)
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types["Succeeded"] == "True" and types["Running"] == "False" and types["Failed"] == "False"
+    assert all(f"Extra{i}" in types for i in range(6))
+    assert all(len(v) <= 67 for v in status["bestTrial"]["parameters"].values())
+    assert len(json.dumps(status, allow_nan=False).encode()) <= 16 * 1024

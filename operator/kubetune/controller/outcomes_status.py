@@ -40,7 +40,7 @@ def read_objective_values(raw: Any) -> dict[str, float] | None:
     return values
 
 
-def _param(value: Any) -> Any:
+def capped_param(value: Any) -> Any:
     if isinstance(value, float):
         return _number(value)
     if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
@@ -58,7 +58,7 @@ def pareto_front(outcomes: Outcomes) -> dict[str, Any]:
     for point in outcomes.front[:MAX_FRONT_SHOWN]:
         entry: dict[str, Any] = {"trial": point.trial,
                                  "values": {k: _number(v) for k, v in point.values.items()},
-                                 "parameters": {k: _param(v) for k, v in point.params.items()}}
+                                 "parameters": {k: capped_param(v) for k, v in point.params.items()}}
         if _size(entry) > FRONT_BYTES // MAX_FRONT_SHOWN * 2:
             # too many parameters to show beside the others: the Trial has them
             entry["parameters"] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
-from kubetune.controller.outcomes_status import objective_values, outcome_fields, read_objective_values
+from kubetune.controller.outcomes_status import capped_param, objective_values, outcome_fields, read_objective_values
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, decode_number, fit, json_safe, json_size
 from kubetune.core.trial import KEPT_LINEAGE
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
@@ -247,9 +247,16 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     if generation is not None:
         status["observedGeneration"] = generation
     if summary.best_trial is not None:
-        status["bestTrial"] = {"name": summary.best_trial, "parameters": dict(summary.best_params or {}),
+        # values cut as on the Pareto front: one long choice must not crowd out the rest
+        status["bestTrial"] = {"name": summary.best_trial,
+                               "parameters": {k: capped_param(v) for k, v in (summary.best_params or {}).items()},
                                "metric": summary.best_metric, "iteration": summary.best_iteration}
     if finished is not None:
         status["completionTime"] = previous.get("completionTime") or rfc3339(now)
     status.update(outcome_fields(summary.outcomes))
-    return fit(json_safe(status), MAX_EXPERIMENT_STATUS_BYTES)
+    # Conditions are what kubectl wait, Argo CD and a restarted operator read the outcome
+    # from: they are never what fit() cuts (each message is already capped at 1 KiB);
+    # the rest is shrunk into what they leave.
+    conditions = json_safe(status.pop("conditions"))
+    rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions), 2048))
+    return {**rest, "conditions": conditions}
