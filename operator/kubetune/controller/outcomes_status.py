@@ -6,11 +6,10 @@ Bounded in bytes whatever the parameters look like: at most MAX_FRONT_SHOWN poin
 FRONT_BYTES of them, long values cut, so an Experiment stays far below 16 KiB."""
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from kubetune.core.pareto import Outcomes
-from kubetune.core.sanitize import decode_number, encode_number
+from kubetune.core.sanitize import decode_number, encode_number, json_size
 
 MAX_FRONT_SHOWN = 10
 FRONT_BYTES = 6000            # the shown points together, as JSON
@@ -18,15 +17,10 @@ MAX_VALUE_CHARS = 64          # a parameter value longer than this (a long choic
 MAX_TEXT_CHARS = 300
 
 
-def _number(value: float) -> float | str:
-    """JSON has no NaN or Infinity: those become strings (as everywhere in kubetune's status)."""
-    return encode_number(value)
-
-
 def objective_values(latest: Mapping[str, float]) -> dict[str, float | str]:
     """A Trial's ``status.objectiveValues``: at most one number per objective and
     constraint metric (the spec bounds how many there are)."""
-    return {name[:MAX_VALUE_CHARS * 4]: _number(value) for name, value in latest.items()}
+    return {name[:MAX_VALUE_CHARS * 4]: encode_number(value) for name, value in latest.items()}
 
 
 def read_objective_values(raw: Any) -> dict[str, float] | None:
@@ -42,14 +36,10 @@ def read_objective_values(raw: Any) -> dict[str, float] | None:
 
 def capped_param(value: Any) -> Any:
     if isinstance(value, float):
-        return _number(value)
+        return encode_number(value)
     if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
         return value[:MAX_VALUE_CHARS] + "..."
     return value
-
-
-def _size(obj: Any) -> int:
-    return len(json.dumps(obj, separators=(",", ":")))
 
 
 def pareto_front(outcomes: Outcomes) -> dict[str, Any]:
@@ -57,13 +47,13 @@ def pareto_front(outcomes: Outcomes) -> dict[str, Any]:
     used = 0
     for point in outcomes.front[:MAX_FRONT_SHOWN]:
         entry: dict[str, Any] = {"trial": point.trial,
-                                 "values": {k: _number(v) for k, v in point.values.items()},
+                                 "values": {k: encode_number(v) for k, v in point.values.items()},
                                  "parameters": {k: capped_param(v) for k, v in point.params.items()}}
-        if _size(entry) > FRONT_BYTES // MAX_FRONT_SHOWN * 2:
+        if json_size(entry) > FRONT_BYTES // MAX_FRONT_SHOWN * 2:
             # too many parameters to show beside the others: the Trial has them
             entry["parameters"] = {}
             entry["parametersOmitted"] = True
-        size = _size(entry)
+        size = json_size(entry)
         if used + size > FRONT_BYTES:
             break
         points.append(entry)
@@ -79,8 +69,8 @@ def outcome_fields(outcomes: Outcomes | None) -> dict[str, Any]:
     if outcomes.front_size is not None:
         fields["paretoFront"] = pareto_front(outcomes)
         if outcomes.hypervolume:
-            fields["hypervolume"] = {"value": _number(outcomes.hypervolume[-1][1]),
-                                     "history": [{"trials": k, "value": _number(v)}
+            fields["hypervolume"] = {"value": encode_number(outcomes.hypervolume[-1][1]),
+                                     "history": [{"trials": k, "value": encode_number(v)}
                                                  for k, v in outcomes.hypervolume]}
     if outcomes.reused_count:
         fields["reusedTrials"] = {"count": outcomes.reused_count,
