@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 
 from kubetune.trainable.host import UNKNOWN, TrialHost
 from kubetune.trainable.output import LineBuffer, _Tee
+from unit_helpers import wait_for
 
 
 def launch(trial_key: str, entrypoint: str = "kubetune.examples.quadratic:train",
@@ -14,16 +14,6 @@ def launch(trial_key: str, entrypoint: str = "kubetune.examples.quadratic:train"
     return {"trial_key": trial_key, "entrypoint": entrypoint, "config": config,
             "checkpoint": None, "start_iteration": 0, "start_seq": 0, "attempt": attempt,
             "storage": "", "keep_last": 2}
-
-
-def wait_for(condition, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise AssertionError("condition not met before the deadline")
 
 
 def test_a_host_runs_trials_one_after_another():

@@ -15,6 +15,7 @@ from kubetune.trainable import function_runner
 from kubetune.trainable.api import NoTrialError
 from kubetune.trainable.function_runner import COMPLETED, FunctionRunner
 from kubetune.trainable.host import TrialHost
+from unit_helpers import wait_for
 from kubetune.trainable.output import LineBuffer
 from test_trainable_runner import finished, run
 
@@ -160,14 +161,6 @@ def launch_of(key: str, function) -> dict:
             "start_iteration": 0, "start_seq": 0, "checkpoint": None, "storage": None, "keep_last": 2}
 
 
-def wait_for(condition, timeout: float = 10.0) -> None:
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    pytest.fail("timed out")
 
 
 def test_an_error_with_a_huge_message_is_cut():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
 from kubetune.core.resources import ResourceLedger, Resources
@@ -65,3 +66,14 @@ def records_of(runner: TrialRunner) -> list[TrialRecord]:
 
 def of_type(decisions, cls) -> list:
     return [d for d in decisions if isinstance(d, cls)]
+
+
+def wait_for(condition, timeout: float = 10.0):
+    """Poll ``condition`` until it returns something truthy (returned), or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.005)
+    raise AssertionError("condition not met before the deadline")
