@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from k8s_helpers import condition, experiment, experiment_gone, get_experiment, wait_condition
+from k8s_helpers import condition, experiment, experiment_gone, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 
 pytestmark = pytest.mark.integration
@@ -77,12 +77,24 @@ def test_a_systematic_trial_failure_fails_the_experiment_fast_naming_it(
     assert failed["status"]["trialCounts"]["created"] <= 3, failed["status"]
 
 
-def test_pbt_whose_function_never_checkpoints_gets_a_warning(operator, experiments_api, kubectl, namespace):
-    body = experiment("pbt-no-ckpt", search_space={"x": {"uniform": [-3, 3]}, "y": {"uniform": [-3, 3]}},
+def test_pbt_whose_function_never_checkpoints_gets_a_warning(operator, experiments_api, kubectl, namespace,
+                                                             tmp_path):
+    gate = tmp_path / "gate"
+    # checkpoint_every 0: the function saves nothing unless a pause asks. The four trials
+    # wait after iteration 1 until all have got there, so that they are ranked together
+    # however far apart a loaded machine starts them.
+    body = experiment("pbt-no-ckpt", entrypoint="kubetune.examples.resumable:train",
+                      objective={"metric": "loss", "mode": "min"},
+                      search_space={"lr": {"loguniform": [0.01, 0.9]}},
                       scheduler={"type": "pbt", "maxIterations": 12, "perturbationInterval": 2},
                       budget={"maxTrials": 4, "parallelism": 4},
-                      trial={"config": {"iterations": 12, "delay": 0.5}})   # slow enough to interleave
+                      trial={"config": {"iterations": 12, "interval": 0.3, "checkpoint_every": 0,
+                                        "hold_at": 1, "gate": str(gate)}})
     kubectl_create(kubectl, namespace, body)
+    wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(experiments_api, namespace,
+                                                                               "pbt-no-ckpt")] == [1] * 4,
+             timeout=90, message="all four trials to wait after iteration 1")
+    gate.touch()
     warned = wait_condition(experiments_api, namespace, "pbt-no-ckpt", "SchedulerWarning", timeout=120,
                             operator=operator)
     assert "no trial in the top" in condition(warned, "SchedulerWarning")["message"]

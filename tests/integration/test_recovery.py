@@ -239,15 +239,23 @@ def test_ray_head_restart_relaunches_trials_from_checkpoints(kube_cluster, ray_r
         assert not set(pids[:first_run]) & set(pids[first_run:])
 
 
-def test_pbt_exploits_and_explores_with_lineage_on_the_trials(operator, experiments_api, namespace):
+def test_pbt_exploits_and_explores_with_lineage_on_the_trials(operator, experiments_api, namespace, tmp_path):
     iterations = 12
+    gate = tmp_path / "gate"
+    # PBT ranks a population that trains together. On a loaded machine the four workers
+    # can start seconds apart, and a trial that runs alone has no one to exploit, so
+    # every trial waits after iteration 2 until all four have got there.
     body = experiment("pbt", entrypoint=RESUMABLE, objective=LOSS,
                       search_space={"lr": {"loguniform": [0.01, 0.9]}}, search={"algorithm": "random", "seed": 3},
                       scheduler={"type": "pbt", "maxIterations": iterations, "perturbationInterval": 3,
                                  "quantileFraction": 0.25, "resampleProbability": 0.0},
                       budget={"maxTrials": 4, "parallelism": 4},
-                      trial={"config": {"iterations": iterations, "interval": 0.15}})
+                      trial={"config": {"iterations": iterations, "interval": 0.15,
+                                        "hold_at": 2, "gate": str(gate)}})
     create(experiments_api, namespace, body)
+    wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(experiments_api, namespace, "pbt")]
+             == [2] * 4, timeout=90, message="all four trials to wait after iteration 2")
+    gate.touch()
     wait_condition(experiments_api, namespace, "pbt", "Succeeded", timeout=90, operator=operator)
     items = {t["metadata"]["name"]: t for t in trials(experiments_api, namespace, "pbt")}
     exploited = [t for t in items.values() if t["status"].get("lineage")]
