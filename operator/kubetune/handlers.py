@@ -25,7 +25,7 @@ _PREPARED: dict = {}   # address -> an executor a standby connected ahead of lea
 
 
 def _new_executor(address: str):
-    from kubetune.executors.ray import RayExecutor   # Ray is imported only when needed
+    from kubetune.executors.ray.executor import RayExecutor   # Ray is imported only when needed
     # a running trial no controller has called for this long ends itself (0: never)
     return RayExecutor(address, lease_timeout_s=operator_settings.current().trial_lease_seconds)
 

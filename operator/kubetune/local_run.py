@@ -62,7 +62,7 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
                          ) -> tuple[ExperimentController, MemoryStore]:
     """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle.
     ``results_url``: the results store (None: the default; "": none, e.g. benchmarks)."""
-    from kubetune.executors.ray import RayExecutor
+    from kubetune.executors.ray.executor import RayExecutor
 
     events: list[str] = []
     store = MemoryStore(on_event=lambda kind, reason, message: events.append(f"{reason}: {message}"))

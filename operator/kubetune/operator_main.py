@@ -131,7 +131,7 @@ async def _lead(args: argparse.Namespace):
         url = urlparse(args.liveness)
         health = await serve_health(url.port or 8080, url.path or "/healthz", lambda: elector.leading)
     # what a new leader needs first, loaded while it waits: failover is not an import away
-    await asyncio.to_thread(importlib.import_module, "kubetune.executors.ray")
+    await asyncio.to_thread(importlib.import_module, "kubetune.executors.ray.executor")
     if args.ray_address != "local":    # and connected: the executor the leader will use
         await asyncio.to_thread(_connect_ray, args.ray_address, log)
     await elector.acquire()

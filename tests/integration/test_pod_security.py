@@ -19,7 +19,7 @@ from k8s_helpers import GROUP, VERSION, condition, create, trials, wait_conditio
 from kube_fixtures import temporary_namespace, wait_for
 from kubetune.controller.experiment import IDLE_POLL_SECONDS
 from kubetune.devcluster.processes import free_port
-from kubetune.executors.ingest_http import HEADER_TIMEOUT_S
+from kubetune.executors.pods.ingest_http import HEADER_TIMEOUT_S
 from operator_fixtures import OperatorProcess
 from test_pbt_checkpoints import history_length, pbt_experiment, running_pods, save
 from test_pods import Container, core, custom, pod_experiment, pods_of  # noqa: F401 (core, custom: fixtures)

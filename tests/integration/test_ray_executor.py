@@ -13,7 +13,7 @@ import ray
 from kubetune.examples.quadratic import bowl
 from kubetune.executors.base import (LaunchRequest, RayUnavailableError, ResourceShape,
                                      TrialState)
-from kubetune.executors.ray import ACTOR_PREFIX, RayExecutor, actor_name
+from kubetune.executors.ray.executor import ACTOR_PREFIX, RayExecutor, actor_name
 
 pytestmark = pytest.mark.integration
 

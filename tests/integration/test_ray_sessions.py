@@ -19,7 +19,7 @@ import uuid
 import pytest
 import ray
 
-from kubetune.executors.ray import RayExecutor
+from kubetune.executors.ray.executor import RayExecutor
 from test_ray_executor import SLEEPY, Tracker, launch, wait_for
 
 pytestmark = pytest.mark.integration

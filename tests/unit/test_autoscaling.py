@@ -15,7 +15,7 @@ from kubetune.controller.clusters import ClusterHandle
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.core.types import ExperimentSummary
 from kubetune.executors.base import ClusterResources, NodeResources, RayUnavailableError
-from kubetune.executors.ray_autoscaler import node_type_shapes
+from kubetune.executors.ray.autoscaler import node_type_shapes
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = Resources(cpu=2, gpu=1)

@@ -139,7 +139,7 @@ def waiting_pod(reason: str, started: str = "2026-01-01T00:00:00Z", phase: str =
 
 def test_a_container_the_kubelet_cannot_start_is_queued_then_failed():
     from datetime import datetime, timezone
-    from kubetune.executors.pod_spec import CONTAINER_WAITING_TIMEOUT_S, container_waiting
+    from kubetune.executors.pods.spec import CONTAINER_WAITING_TIMEOUT_S, container_waiting
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
     assert container_waiting(waiting_pod("ImagePullBackOff"), start + 5) == (

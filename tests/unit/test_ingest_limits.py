@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kubetune.executors import pod_ingest
-from kubetune.executors.pod_ingest import IngestServer, ResultInbox
+from kubetune.executors.pods import ingest as pod_ingest
+from kubetune.executors.pods.ingest import IngestServer, ResultInbox
 
 
 def result(seq: int, **extra) -> dict:

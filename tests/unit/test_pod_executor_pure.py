@@ -7,8 +7,8 @@ import pytest
 
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.core.types import ExperimentSummary, TrialPhase
-from kubetune.executors import pod_spec
-from kubetune.executors.pod_ingest import ResultInbox, _validate
+from kubetune.executors.pods import spec as pod_spec
+from kubetune.executors.pods.ingest import ResultInbox, _validate
 from kubetune.spec import SpecError, TrialResources, parse_experiment
 
 TEMPLATE = {"metadata": {"labels": {"app": "trainer"}, "annotations": {"team": "ml"}},

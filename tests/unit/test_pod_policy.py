@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubetune.executors import pod_spec
+from kubetune.executors.pods import spec as pod_spec
 from kubetune.spec import pod_policy
 
 

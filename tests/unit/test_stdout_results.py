@@ -2,9 +2,9 @@
 are numbered, and what a malformed one says."""
 import pytest
 
-from kubetune.executors import pod_spec
-from kubetune.executors.pod_logs import collects_stdout, result_lines
-from kubetune.executors.stdout_results import MAX_LINE_CHARS, MalformedLine, ResultLine, ResultLines
+from kubetune.executors.pods import spec as pod_spec
+from kubetune.executors.pods.logs import collects_stdout, result_lines
+from kubetune.executors.pods.stdout_results import MAX_LINE_CHARS, MalformedLine, ResultLine, ResultLines
 
 
 def feed_all(lines, first_seq=1, start_iteration=0, attempt=0):
@@ -101,7 +101,7 @@ def test_kubetune_report_in_a_stdout_pod_prints_what_the_operator_reads_back(cap
 def test_the_log_is_split_in_bounded_memory_whatever_a_line_holds():
     import tracemalloc
 
-    from kubetune.executors.stdout_results import LogLines
+    from kubetune.executors.pods.stdout_results import LogLines
     lines, parser = LogLines(), ResultLines(1, 0, 0)
     chunk = b"#" * 65536
     parsed = [parser.feed(*line) for line in lines.feed(b'KUBETUNE_RESULT {"loss": 1}\nKUBETUNE_RESULT {"x": "')]

@@ -18,8 +18,8 @@ import logging
 import os
 
 from kubetune.core.resources import ResourceLedger, Resources
-from kubetune.executors.pod_ingest import IngestServer, ResultInbox
-from kubetune.executors.pods import PodExecutor
+from kubetune.executors.pods.ingest import IngestServer, ResultInbox
+from kubetune.executors.pods.executor import PodExecutor
 
 log = logging.getLogger(__name__)
 

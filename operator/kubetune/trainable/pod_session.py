@@ -142,7 +142,7 @@ class PodSession:
     def _print(self, body: dict[str, Any]) -> None:
         """One result line; its seq is its position among the attempt's result lines,
         which is the order this session numbers them in."""
-        from kubetune.executors.stdout_results import RESULT_PREFIX
+        from kubetune.executors.pods.stdout_results import RESULT_PREFIX
         line = {**body["metrics"], "iteration": body["iteration"]}
         if "checkpoint" in body:
             line["checkpoint"] = body["checkpoint"]

@@ -41,11 +41,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kubetune.executors import pod_spec
+from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
                                      NodeResources, TrialState, TrialUpdate)
-from kubetune.executors.pod_ingest import ResultInbox
-from kubetune.executors.pod_logs import PodLogFollower, collects_stdout
+from kubetune.executors.pods.ingest import ResultInbox
+from kubetune.executors.pods.logs import PodLogFollower, collects_stdout
 from kubetune.k8s.namespaces import namespace_labels
 from kubetune.spec import pod_policy
 

@@ -18,9 +18,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from kubetune.executors.base import ResourceShape, TrialState, TrialUpdate
-from kubetune.executors.ray_pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
+from kubetune.executors.ray.pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
                                          experiment_prefix)
-from kubetune.executors.ray_results import Slot
+from kubetune.executors.ray.results import Slot
 
 log = logging.getLogger(__name__)
 

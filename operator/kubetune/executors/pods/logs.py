@@ -34,9 +34,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from kubetune.executors import pod_spec
-from kubetune.executors.pod_ingest import ResultInbox
-from kubetune.executors.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
+from kubetune.executors.pods import spec as pod_spec
+from kubetune.executors.pods.ingest import ResultInbox
+from kubetune.executors.pods.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
 
 log = logging.getLogger(__name__)
 

@@ -48,11 +48,11 @@ from kubetune.core.resources import Resources
 from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest,
                                      NodeResources, RayUnavailableError, ResourceShape,
                                      TrialUpdate)
-from kubetune.executors.ray_autoscaler import read_node_types
-from kubetune.executors.ray_discovery import ActorDiscovery
-from kubetune.executors.ray_liveness import ClusterWatch, prepare_driver_env
-from kubetune.executors.ray_pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix
-from kubetune.executors.ray_results import Slot, fetch_results, is_dead, is_ready, settle_acks, to_update
+from kubetune.executors.ray.autoscaler import read_node_types
+from kubetune.executors.ray.discovery import ActorDiscovery
+from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
+from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix
+from kubetune.executors.ray.results import Slot, fetch_results, is_dead, is_ready, settle_acks, to_update
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RuntimeEnvSet
 
 from kubetune.core.types import Result
 from kubetune.executors.base import TrialState, TrialUpdate
-from kubetune.executors.ray_pool import Worker
+from kubetune.executors.ray.pool import Worker
 from kubetune.trainable.host import UNKNOWN
 
 FETCH_HOLD_S = 2.0         # longest an actor holds a long-polling fetch with nothing new

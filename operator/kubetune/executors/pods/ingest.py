@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.core.types import Result
-from kubetune.executors.ingest_http import BoundedHttpServer, HttpError
+from kubetune.executors.pods.ingest_http import BoundedHttpServer, HttpError
 from kubetune.spec.results import MetricError, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)

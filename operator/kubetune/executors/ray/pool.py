@@ -22,7 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from kubetune.executors.base import LaunchRequest, RayUnavailableError, ResourceShape
 # the actor class lives in a light module: every worker process imports it on start
-from kubetune.executors.ray_host import HostActor as _HostActor
+from kubetune.executors.ray.host import HostActor as _HostActor
 
 ACTOR_PREFIX = "kubetune/"
 WORKER_MARK = "#w-"        # never part of a Kubernetes name, so never a trial's
