@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from kubetune.controller.store import WriteRefused
+from kubetune.k8s.errors import WriteRefused
 from kubetune.controller.write_failures import WriteFailures
 from kubetune.core.sanitize import cap_text, decode_number, fit, json_safe, json_size
 

@@ -23,7 +23,8 @@ from kubetune.controller.conditions import parse_rfc3339, set_condition
 from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.status_events import status_events
-from kubetune.controller.store import Store, WriteRefused
+from kubetune.controller.store import Store
+from kubetune.k8s.errors import WriteRefused
 from kubetune.controller.write_failures import SURFACE_AFTER, WriteFailures, backoff
 from kubetune.core.runner import TrialRunner
 from kubetune.core.search import warm_trials

@@ -12,20 +12,6 @@ from typing import Any, Mapping, Protocol
 from kubetune.controller.merge_patch import apply_merge_patch
 
 
-class WriteRefused(Exception):
-    """The API server did not take a write (or could not be reached: ``status`` 0).
-    ``reason`` is the API's own word (Invalid, TooManyRequests, Forbidden, ...)."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status, self.reason, self.message = status, reason, message
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying soon: throttling, server errors, timeouts, conflicts."""
-        return self.status in (0, 409, 429) or self.status >= 500
-
-
 class Store(Protocol):
     async def list_trials(self) -> list[dict[str, Any]]:
         """Every Trial object of this experiment (full bodies, with status)."""
@@ -37,10 +23,10 @@ class Store(Protocol):
         """Create a Trial; if one of that name exists already, return it (idempotent)."""
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
-        """Write a Trial's status; raises ``WriteRefused``."""
+        """Write a Trial's status; raises ``k8s.errors.WriteRefused``."""
 
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
-        """Write the Experiment's status; raises ``WriteRefused``."""
+        """Write the Experiment's status; raises ``k8s.errors.WriteRefused``."""
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         """Record something a human should see (Kubernetes Event; a log line locally)."""

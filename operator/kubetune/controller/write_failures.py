@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetune.controller.store import WriteRefused
+from kubetune.k8s.errors import WriteRefused
 
 SURFACE_AFTER = 3
 FIRST_BACKOFF_S = 0.5

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from kubernetes.client.exceptions import ApiException
 
 from kubetune import metrics
-from kubetune.controller.store import WriteRefused
+from kubetune.k8s.errors import WriteRefused
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 

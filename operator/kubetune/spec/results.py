@@ -17,6 +17,9 @@ from typing import Any, Mapping
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 MAX_METRIC_NAME = 256
 MAX_METRICS = 1000           # per result
+# what starts a result line in a trial pod's log (metricsCollector: stdout): written by
+# trainable/pod_session.py, read by executors/pods/stdout_results.py
+RESULT_PREFIX = "KUBETUNE_RESULT"
 
 
 class MetricError(ValueError):

@@ -18,7 +18,7 @@ the trial's image needs no HTTP client package.
 
 With ``spec.trial.metricsCollector: stdout`` (``KUBETUNE_METRICS_COLLECTOR=stdout``)
 report() prints each result as a ``KUBETUNE_RESULT`` line instead (the format of
-executors/stdout_results.py, which the operator reads from the pod's log), so the same
+executors/pods/stdout_results.py, which the operator reads from the pod's log), so the same
 training code works where the pod cannot reach the operator's ingest endpoint.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import urllib.request
 from typing import Any, Mapping, TextIO
 
 from kubetune.trainable import api
-from kubetune.spec.results import check_metrics
+from kubetune.spec.results import RESULT_PREFIX, check_metrics
 from kubetune.trainable.function_runner import _plain
 
 DEFAULT_REPORT_TIMEOUT_S = 300.0
@@ -142,7 +142,6 @@ class PodSession:
     def _print(self, body: dict[str, Any]) -> None:
         """One result line; its seq is its position among the attempt's result lines,
         which is the order this session numbers them in."""
-        from kubetune.executors.pods.stdout_results import RESULT_PREFIX
         line = {**body["metrics"], "iteration": body["iteration"]}
         if "checkpoint" in body:
             line["checkpoint"] = body["checkpoint"]

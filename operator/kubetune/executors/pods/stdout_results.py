@@ -29,9 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubetune.spec.results import MetricError, check_iteration, check_metrics
+from kubetune.spec.results import RESULT_PREFIX, MetricError, check_iteration, check_metrics
 
-RESULT_PREFIX = "KUBETUNE_RESULT"
 MAX_LINE_CHARS = 64 * 1024
 RESERVED_KEYS = ("iteration", "checkpoint")
 
