@@ -127,6 +127,10 @@ class ScriptedExecutor:
     def connect(self) -> None:
         pass
 
+    @staticmethod
+    def is_unavailable(error: BaseException) -> bool:
+        return isinstance(error, RayUnavailableError)
+
     def cluster_resources(self) -> ClusterResources:
         total: dict[str, float] = {}
         for node in self.nodes:

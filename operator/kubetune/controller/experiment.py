@@ -31,7 +31,7 @@ from kubetune.core.search import warm_trials
 from kubetune.core.sanitize import cap_text
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
                                  StopTrial, TrialPhase, TrialPhaseChanged)
-from kubetune.executors.base import LaunchRequest
+from kubetune.executors.base import LaunchRequest, RayUnavailableError
 from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
 
 log = logging.getLogger(__name__)
@@ -846,9 +846,9 @@ class ExperimentController:
     def _trial_key(self, trial: str) -> str:
         return f"{self.namespace}/{self.name}/{trial}"
 
-    @staticmethod
-    def _is_connection_error(error: BaseException) -> bool:
-        import ray.exceptions
-        return isinstance(error, (RayUnavailable, ConnectionError, ray.exceptions.RaySystemError,
-                                  ray.exceptions.GetTimeoutError)) or type(error).__name__ in {
-            "RayUnavailableError", "RpcError", "RaySystemError"}
+    def _is_connection_error(self, error: BaseException) -> bool:
+        """The platform, not the trial, failed: the executor knows its own errors."""
+        if isinstance(error, (RayUnavailable, ConnectionError, RayUnavailableError)):
+            return True
+        executor = getattr(self.cluster, "executor", None)
+        return executor is not None and executor.is_unavailable(error)

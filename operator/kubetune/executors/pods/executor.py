@@ -96,6 +96,11 @@ class PodExecutor:
                 self._core = kubernetes.client.CoreV1Api(client)
                 self._custom = kubernetes.client.CustomObjectsApi(client)
 
+    @staticmethod
+    def is_unavailable(error: BaseException) -> bool:
+        # an API call that could not reach the API server; an answer (403, 422) is the trial's error
+        return isinstance(error, ConnectionError)
+
     def disconnect(self) -> None:
         """Nothing to drop: pods run on without the operator."""
 

@@ -50,6 +50,7 @@ from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest
                                      TrialUpdate)
 from kubetune.executors.ray.autoscaler import read_node_types
 from kubetune.executors.ray.discovery import ActorDiscovery
+from kubetune.executors.ray.errors import is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix
 from kubetune.executors.ray.results import Slot, fetch_results, is_dead, is_ready, settle_acks, to_update
@@ -126,6 +127,10 @@ class RayExecutor:
             if self.address != "local":
                 self._watch = ClusterWatch.attach(timeout_s=min(2.0, self.rpc_timeout_s))
             self._connected = True
+
+    @staticmethod
+    def is_unavailable(error: BaseException) -> bool:
+        return is_unavailable(error)
 
     def disconnect(self) -> None:
         """Drop the connection; trials keep running (unless Ray was embedded: ``local``)."""

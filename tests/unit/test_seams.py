@@ -1,0 +1,124 @@
+"""The seams between kubetune's packages, read from the source (issue 18, DESIGN.md):
+
+- the controller imports no Ray: it asks the executor (``is_unavailable``) what a
+  platform's error means;
+- no import cycle between packages (a package is a folder under kubetune/, or a
+  top-level module such as handlers.py);
+
+Each rule is checked against the tree and against a planted violation, so a rule
+that stopped seeing imports would fail here rather than pass forever.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import kubetune
+
+PACKAGE = pathlib.Path(kubetune.__file__).parent
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every absolute module name ``source`` imports, at any depth (lazy imports inside
+    functions count: they are the ones that hide a dependency)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            # ``from kubetune import metrics`` imports the module kubetune.metrics
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def unit_of(module: str) -> str | None:
+    """The package (or top-level module) of ``kubetune.x.y``: ``x``; None outside kubetune."""
+    parts = module.split(".")
+    if parts[0] != "kubetune":
+        return None
+    if len(parts) == 1:
+        return "kubetune"
+    name = parts[1]
+    if (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file():
+        return name
+    return "kubetune"           # a name the root package exports (from kubetune import report)
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        source = "kubetune" if parts == ("__init__",) else parts[0]
+        targets = {unit_of(name) for name in imported_modules(path.read_text())}
+        graph.setdefault(source, set()).update(t for t in targets if t and t != source)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path (first node repeated at the end), or None."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def modules_importing(prefixes: tuple[str, ...], under: str) -> dict[str, set[str]]:
+    """{module path: the names it imports that start with one of ``prefixes``}, for the
+    modules under ``under`` (a folder of kubetune/)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE / under).rglob("*.py")):
+        bad = {name for name in imported_modules(path.read_text())
+               if any(name == p or name.startswith(p + ".") for p in prefixes)}
+        if bad:
+            found[str(path.relative_to(PACKAGE))] = bad
+    return found
+
+
+def test_controller_imports_no_ray():
+    assert list((PACKAGE / "controller").rglob("*.py"))
+    assert modules_importing(("ray",), "controller") == {}
+
+
+def test_the_ray_rule_sees_the_ray_executor():
+    found = modules_importing(("ray",), "executors")
+    assert "ray.exceptions" in found["executors/ray/errors.py"]
+    assert "ray" in found["executors/ray/executor.py"]
+
+
+def test_no_import_cycle_between_packages():
+    graph = package_graph()
+    assert {"controller", "core", "executors", "k8s", "spec", "trainable"} <= set(graph)
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_cycle_finder_sees_a_planted_cycle():
+    graph = package_graph()
+    graph.setdefault("trainable", set()).add("executors")        # pod_session -> stdout_results, once
+    graph.setdefault("executors", set()).add("trainable")
+    assert find_cycle(graph) is not None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+def test_lazy_and_from_imports_are_seen():
+    source = "def f():\n    import ray.exceptions\n\nfrom kubetune import metrics\n"
+    assert {"ray.exceptions", "kubetune.metrics"} <= imported_modules(source)
+    assert unit_of("kubetune.metrics") == "metrics"
+    assert unit_of("kubetune.executors.ray.executor") == "executors"
