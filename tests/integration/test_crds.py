@@ -412,8 +412,8 @@ def test_deleting_an_experiment_collects_what_it_owns(api, custom, namespace):
 
 
 @pytest.mark.parametrize("names,message", [
-    (["a.b", "a_b"], "one environment variable of a pod trial, KUBETUNE_PARAM_A_B"),
-    (["lr", "LR"], "one environment variable of a pod trial, KUBETUNE_PARAM_LR"),
+    (["a.b", "a_b"], "one environment variable of a pod trial, KUBETUNE_PARAM_A_B: "),
+    (["lr", "LR"], "one environment variable of a pod trial, KUBETUNE_PARAM_LR: "),
     (["x", "true"], "kubectl reads YAML 1.1"),
     (["x", "a b"], "letters, digits and _ . - / :"),
 ])

@@ -14,6 +14,7 @@ from kubetune.core.search import Searcher
 from kubetune.devcluster.build import kubernetes_version
 from kubetune.local_run import load_experiment
 from kubetune.spec import parse_experiment
+from kubetune.spec.model import SpecError
 
 pytestmark = pytest.mark.integration
 
@@ -56,19 +57,24 @@ def test_example_gives_the_same_trials_through_kubectl_and_kubetune_run(kubectl,
         assert through_kubectl.suggest(f"t-{index}") == through_run.suggest(f"t-{index}")
 
 
-@pytest.mark.parametrize("key", ["y", "n", "yes", "No", "on", "OFF"])
-def test_an_unquoted_yaml_11_boolean_key_is_refused_with_the_fix(kubectl, namespace, key):
-    manifest = f"""
+def manifest_with(name: str, keys: list[str]) -> str:
+    """An Experiment manifest as a user writes it, with these searchSpace keys as written
+    (quoted or not)."""
+    space = "".join(f"    {key}: {{uniform: [0, 1]}}\n" for key in keys)
+    return f"""
 apiVersion: kubetune.dev/v1alpha1
 kind: Experiment
-metadata: {{name: yaml11}}
+metadata: {{name: {name}}}
 spec:
   objective: {{metric: loss, mode: min}}
   searchSpace:
-    x: {{uniform: [0, 1]}}
-    {key}: {{uniform: [0, 1]}}
-  trial: {{entrypoint: "m:f"}}
+{space}  trial: {{entrypoint: "m:f"}}
 """
+
+
+@pytest.mark.parametrize("key", ["y", "n", "yes", "No", "on", "OFF"])
+def test_an_unquoted_yaml_11_boolean_key_is_refused_with_the_fix(kubectl, namespace, key):
+    manifest = manifest_with("yaml11", ["x", key])
     refused = kubectl("apply", "-n", namespace, "-f", "-", input=manifest, check=False)
     assert refused.returncode != 0
     assert "spec.searchSpace" in refused.stderr and "YAML 1.1" in refused.stderr, refused.stderr
@@ -78,3 +84,24 @@ spec:
     kubectl("apply", "-n", namespace, "-f", "-", input=quoted)
     stored = json.loads(kubectl("get", "-n", namespace, "experiment", "yaml11", "-o", "json").stdout)
     assert sorted(stored["spec"]["searchSpace"]) == sorted(["x", key])
+
+
+@pytest.mark.parametrize("names,variable", [
+    (["a.b", "a_b"], "KUBETUNE_PARAM_A_B"),
+    (["lr", "LR"], "KUBETUNE_PARAM_LR"),
+    (["w-1", "W:1", "x"], "KUBETUNE_PARAM_W_1"),
+])
+def test_parameter_names_that_are_one_variable_are_refused_naming_both(kubectl, namespace, names, variable):
+    manifest = manifest_with("clash", [f'"{name}"' for name in names])
+    refused = kubectl("apply", "-n", namespace, "-f", "-", input=manifest, check=False)
+    assert refused.returncode != 0
+    message = refused.stderr
+    assert "spec.searchSpace" in message and f"one environment variable of a pod trial, {variable}: " in message
+    clashing = [name for name in names if name != "x"]
+    # both keys named, in either order (the API server iterates the map at random)
+    assert (f"{clashing[0]} and {clashing[1]}" in message or f"{clashing[1]} and {clashing[0]}" in message), message
+    assert "rename one of them" in message
+    # and `kubetune run` refuses the same file naming the same two
+    with pytest.raises(SpecError) as local:
+        parse_experiment(yaml.safe_load(manifest)["spec"])
+    assert variable in str(local.value) and all(name in str(local.value) for name in clashing)

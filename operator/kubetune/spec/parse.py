@@ -228,7 +228,8 @@ def _parameter_names(names: list[Any]) -> None:
         env = param_env_name(name)
         if env in seen:
             raise SpecError(path, f"has parameter names that are one environment variable of a pod trial, {env}: "
-                                  f"{seen[env]} and {name}; rename one of them")
+                                  f"{seen[env]} and {name}; rename one of them (each name is upper-cased, "
+                                  "with . - / : as _)")
         seen[env] = name
 
 
