@@ -1,8 +1,11 @@
-"""The error a write to the API server ends in, as the controller sees it.
-
-Here, not in controller/, because k8s/store.py raises it and the controller catches
-it: a layer below the controller may not import the controller."""
+"""The errors of API calls, as the callers above k8s/ see them (they never import the
+Kubernetes client).  ``WriteRefused`` is here, not in controller/, because
+k8s/store.py raises it and the controller catches it: a layer below the controller
+may not import the controller."""
 from __future__ import annotations
+
+import json
+from typing import Any
 
 
 class WriteRefused(Exception):
@@ -17,3 +20,21 @@ class WriteRefused(Exception):
     def transient(self) -> bool:
         """Worth retrying soon: throttling, server errors, timeouts, conflicts."""
         return self.status in (0, 409, 429) or self.status >= 500
+
+
+class ApiError(Exception):
+    """A call the API server answered with an error (k8s/pods.py): its HTTP ``status``
+    and its own ``message`` (``pods "x" is forbidden: ...``), which is what a user reads."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+    @classmethod
+    def of(cls, error: Any) -> "ApiError":
+        """From the client's ApiException: the message in its JSON body, else its text."""
+        try:
+            message = json.loads(error.body)["message"]
+        except (TypeError, ValueError, KeyError):
+            message = str(error)
+        return cls(int(getattr(error, "status", 0) or 0), message)

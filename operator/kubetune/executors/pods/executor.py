@@ -46,16 +46,13 @@ from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo
                                      NodeResources, TrialState, TrialUpdate)
 from kubetune.executors.pods.ingest import ResultInbox
 from kubetune.executors.pods.logs import PodLogFollower, collects_stdout
-from kubetune.k8s.namespaces import namespace_labels
+from kubetune.k8s.errors import ApiError
+from kubetune.k8s.pods import PodApi
 from kubetune.spec import pod_policy
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
-
-
-def _api_status(error: Exception) -> int | None:
-    return getattr(error, "status", None)
 
 
 @dataclass
@@ -75,26 +72,20 @@ class PodExecutor:
         self.inbox = inbox
         self.ingest_url = ingest_url.rstrip("/")
         self.list_interval_s = list_interval_s
-        self._api_client = api_client
-        self._core = None
-        self._custom = None
+        self.api = PodApi(api_client)
         self._lock = threading.RLock()
         self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
         self._listings: dict[tuple[str, str], _Listing] = {}
         self.allow = frozenset(allow)                # pod_policy allowances the operator grants
         self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
-        self.log_follower = PodLogFollower(inbox, self.core)
+        self.log_follower = PodLogFollower(inbox, self.api)
 
     # ---------------------------------------------------------------- connection
 
     def connect(self) -> None:
-        import kubernetes
         with self._lock:
-            if self._core is None:
-                client = self._api_client or kubernetes.client.ApiClient()
-                self._core = kubernetes.client.CoreV1Api(client)
-                self._custom = kubernetes.client.CustomObjectsApi(client)
+            self.api.core      # the client, made once
 
     @staticmethod
     def is_unavailable(error: BaseException) -> bool:
@@ -104,15 +95,10 @@ class PodExecutor:
     def disconnect(self) -> None:
         """Nothing to drop: pods run on without the operator."""
 
-    def core(self):
-        self.connect()
-        return self._core
-
     # ---------------------------------------------------------------- start
 
     def start(self, req: LaunchRequest) -> LaunchInfo:
         """Create the attempt's pod (and the trial's Secret and ConfigMap); attach if it exists."""
-        from kubernetes.client.exceptions import ApiException
         namespace, experiment, trial = pod_spec.split_key(req.trial_key)
         template = req.pod_template
         if not template:
@@ -121,8 +107,7 @@ class PodExecutor:
         if refused:     # the controller refused the spec already; this holds whatever calls start
             raise ExecutorError("; ".join(refused))
         self.connect()
-        owner = self._custom.get_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "trials", trial)
-        uid = owner["metadata"]["uid"]
+        uid = self.api.trial_uid(namespace, trial)
         token = self._ensure_secret(namespace, experiment, trial, uid)
         self._ensure_config_map(namespace, experiment, trial, uid, req.config)
         env = {"KUBETUNE_TRIAL": req.trial_key, "KUBETUNE_ATTEMPT": str(req.attempt),
@@ -148,26 +133,22 @@ class PodExecutor:
             self._started_at[req.trial_key] = time.monotonic()
         name = pod["metadata"]["name"]
         try:
-            self._core.create_namespaced_pod(namespace, pod)
-        except ApiException as error:
-            if error.status != 409:
-                raise ExecutorError(f"cannot create pod {name}: {_reason(error)}") from error
-            return LaunchInfo(req.trial_key, name, attached=True)   # this attempt's pod exists
-        return LaunchInfo(req.trial_key, name, attached=False)
+            created = self.api.create_pod(namespace, pod)
+        except ApiError as error:
+            raise ExecutorError(f"cannot create pod {name}: {error.message}") from error
+        return LaunchInfo(req.trial_key, name, attached=not created)   # not created: this attempt's pod exists
 
     def _ensure_secret(self, namespace: str, experiment: str, trial: str, uid: str) -> str:
         """The trial's token: kept across attempts and operator restarts."""
-        from kubernetes.client.exceptions import ApiException
         token = secrets.token_urlsafe(32)
         body = pod_spec.secret_body(namespace, experiment, trial, uid, token)
         try:
-            self._core.create_namespaced_secret(namespace, body)
-            return token
-        except ApiException as error:
-            if error.status != 409:
-                raise ExecutorError(f"cannot create Secret {pod_spec.secret_name(trial)}: {_reason(error)}") from error
-        existing = self._core.read_namespaced_secret(pod_spec.secret_name(trial), namespace)
-        self._check_owned(existing.metadata, trial, uid, "Secret")
+            if self.api.create_secret(namespace, body):
+                return token
+        except ApiError as error:
+            raise ExecutorError(f"cannot create Secret {pod_spec.secret_name(trial)}: {error.message}") from error
+        existing = self.api.read_secret(namespace, pod_spec.secret_name(trial))
+        self._check_owned(existing["metadata"], trial, uid, "Secret")
         return _decode_token(existing)
 
     def policy_violations(self, namespace: str, template: Mapping[str, Any] | None) -> list[str]:
@@ -181,7 +162,7 @@ class PodExecutor:
         """Read only for a template that asks for more than the operator allows, when it
         launches: one GET beside the launch's own, and a label change counts at once."""
         try:
-            return namespace_labels(self.core(), namespace)
+            return self.api.namespace_labels(namespace)
         except Exception as error:  # noqa: BLE001 - unreadable: no opt-in, the restricted profile holds
             log.warning("reading the labels of namespace %s failed: %s", namespace, error)
             return {}
@@ -191,10 +172,9 @@ class PodExecutor:
         token from its Secret, once, here in the executor's thread.  The ingest endpoint
         itself never calls the API, so a POST for an unknown trial costs nothing."""
         try:
-            core = self.core()
-            owner = self._custom.get_namespaced_custom_object("kubetune.dev", "v1alpha1", namespace, "trials", trial)
-            secret = core.read_namespaced_secret(pod_spec.secret_name(trial), namespace)
-            self._check_owned(secret.metadata, trial, owner["metadata"]["uid"], "Secret")
+            uid = self.api.trial_uid(namespace, trial)
+            secret = self.api.read_secret(namespace, pod_spec.secret_name(trial))
+            self._check_owned(secret["metadata"], trial, uid, "Secret")
             token = _decode_token(secret)
         except Exception as error:  # noqa: BLE001 - its pod's posts get 503 and retry; so do we
             log.warning("learning the token of trial %s/%s failed: %s", namespace, trial, error)
@@ -204,23 +184,21 @@ class PodExecutor:
     def _ensure_config_map(self, namespace: str, experiment: str, trial: str, uid: str,
                            config: Mapping[str, Any]) -> None:
         """Create or update: a PBT exploit relaunches the trial with new parameters."""
-        from kubernetes.client.exceptions import ApiException
         body = pod_spec.config_map_body(namespace, experiment, trial, uid, config)
         try:
-            self._core.create_namespaced_config_map(namespace, body)
-            return
-        except ApiException as error:
-            if error.status != 409:
-                raise ExecutorError(f"cannot create ConfigMap {body['metadata']['name']}: {_reason(error)}") from error
-        existing = self._core.read_namespaced_config_map(body["metadata"]["name"], namespace)
-        self._check_owned(existing.metadata, trial, uid, "ConfigMap")
-        if (existing.data or {}) != body["data"]:
-            self._core.patch_namespaced_config_map(body["metadata"]["name"], namespace, {"data": body["data"]})
+            if self.api.create_config_map(namespace, body):
+                return
+        except ApiError as error:
+            raise ExecutorError(f"cannot create ConfigMap {body['metadata']['name']}: {error.message}") from error
+        existing = self.api.read_config_map(namespace, body["metadata"]["name"])
+        self._check_owned(existing["metadata"], trial, uid, "ConfigMap")
+        if (existing.get("data") or {}) != body["data"]:
+            self.api.patch_config_map_data(namespace, body["metadata"]["name"], body["data"])
 
     @staticmethod
-    def _check_owned(metadata: Any, trial: str, uid: str, kind: str) -> None:
-        if not any(ref.uid == uid for ref in metadata.owner_references or []):
-            raise ExecutorError(f"{kind} {metadata.name} exists and does not belong to Trial {trial}; "
+    def _check_owned(metadata: Mapping[str, Any], trial: str, uid: str, kind: str) -> None:
+        if not any(ref.get("uid") == uid for ref in metadata.get("ownerReferences") or []):
+            raise ExecutorError(f"{kind} {metadata.get('name')} exists and does not belong to Trial {trial}; "
                                 "rename or delete it")
 
     def _end_other_attempts(self, namespace: str, experiment: str, trial: str, attempt: int) -> None:
@@ -305,9 +283,8 @@ class PodExecutor:
             return listing.pods
         sent = time.monotonic()
         try:
-            raw = self.core().list_namespaced_pod(
-                namespace, label_selector=f"{pod_spec.LABEL_EXPERIMENT}={experiment}", _preload_content=False)
-            pods = {p["metadata"]["name"]: p for p in json.loads(raw.data)["items"]
+            listed = self.api.list_pods(namespace, label_selector=f"{pod_spec.LABEL_EXPERIMENT}={experiment}")
+            pods = {p["metadata"]["name"]: p for p in listed
                     if (p["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY)}
             waiting = {name for name, pod in pods.items() if pod_spec.unschedulable(pod) is not None}
             autoscaler = self._autoscaler_events(namespace, waiting) if waiting else {}
@@ -321,10 +298,8 @@ class PodExecutor:
     def _autoscaler_events(self, namespace: str, pods: set[str]) -> dict[str, str]:
         """The cluster autoscaler's latest word on each pending pod (TriggeredScaleUp,
         NotTriggerScaleUp): whether the cluster grows for it, shown with the Queued reason."""
-        raw = self.core().list_namespaced_event(
-            namespace, field_selector="involvedObject.kind=Pod,source=cluster-autoscaler", _preload_content=False)
         latest: dict[str, tuple[str, str]] = {}
-        for event in json.loads(raw.data)["items"]:
+        for event in self.api.list_events(namespace, "involvedObject.kind=Pod,source=cluster-autoscaler"):
             name = (event.get("involvedObject") or {}).get("name")
             if name not in pods:
                 continue
@@ -378,12 +353,7 @@ class PodExecutor:
         return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
     def _delete_pod(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-        try:   # the pod's own terminationGracePeriodSeconds applies: SIGTERM, then SIGKILL
-            self.core().delete_namespaced_pod(name, namespace)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        self.api.delete_pod(namespace, name)
 
     # ---------------------------------------------------------------- listing, cleanup
 
@@ -392,11 +362,8 @@ class PodExecutor:
         namespace, _, rest = prefix.partition("/")
         experiment = rest.split("/")[0] if rest else ""
         selector = f"{pod_spec.LABEL_EXPERIMENT}={experiment}" if experiment else pod_spec.LABEL_EXPERIMENT
-        core = self.core()
-        raw = (core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False) if namespace
-               else core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False))
         keys = {(p["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY)
-                for p in json.loads(raw.data)["items"]
+                for p in self.api.list_pods(namespace or None, label_selector=selector)
                 if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
         return sorted(k for k in keys if k and k.startswith(prefix))
 
@@ -423,10 +390,8 @@ class PodExecutor:
 
     def cluster_resources(self) -> ClusterResources:
         """Allocatable CPU, memory and GPUs per schedulable node, minus what bound pods request."""
-        core = self.core()
-        nodes = json.loads(core.list_node(_preload_content=False).data)["items"]
-        pods = json.loads(core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False).data)["items"]
+        nodes = self.api.list_nodes()
+        pods = self.api.list_pods(None, field_selector="status.phase!=Succeeded,status.phase!=Failed")
         used: dict[str, dict[str, float]] = {}
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
@@ -463,8 +428,7 @@ class PodExecutor:
         if attempt is None:
             return ""
         try:
-            return self.core().read_namespaced_pod_log(pod_spec.pod_name(trial, attempt), namespace,
-                                                       tail_lines=lines) or ""
+            return self.api.pod_log_tail(namespace, pod_spec.pod_name(trial, attempt), lines)
         except Exception:  # noqa: BLE001 - no kubelet, no logs (kwok), or the pod is gone
             return ""
 
@@ -492,17 +456,9 @@ def _attempt_of(pod: Mapping[str, Any]) -> int:
         return 0
 
 
-def _decode_token(secret: Any) -> str:
+def _decode_token(secret: Mapping[str, Any]) -> str:
     import base64
-    return base64.b64decode((secret.data or {})[pod_spec.TOKEN_KEY]).decode()
-
-
-def _reason(error: Exception) -> str:
-    body = getattr(error, "body", None)
-    try:
-        return json.loads(body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return str(error)
+    return base64.b64decode((secret.get("data") or {})[pod_spec.TOKEN_KEY]).decode()
 
 
 def _kind(name: str) -> str:

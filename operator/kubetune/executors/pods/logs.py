@@ -32,11 +32,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.pods.ingest import ResultInbox
 from kubetune.executors.pods.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
+from kubetune.k8s.errors import ApiError
+from kubetune.k8s.pods import PodApi
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +94,9 @@ class _Stream:
 class PodLogFollower:
     """Thread-safe; every method returns without waiting on a running pod's output."""
 
-    def __init__(self, inbox: ResultInbox, core: Callable[[], Any], *, retry_s: float = 2.0) -> None:
+    def __init__(self, inbox: ResultInbox, api: PodApi, *, retry_s: float = 2.0) -> None:
         self.inbox = inbox
-        self._core = core
+        self._api = api
         self.retry_s = retry_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}        # trial key -> the stream of its current pod
@@ -148,13 +150,11 @@ class PodLogFollower:
         stream.thread.start()
 
     def _read_stream(self, trial_key: str, pod: Mapping[str, Any], stream: _Stream) -> None:
-        from kubernetes.client.exceptions import ApiException
         meta = pod["metadata"]
         try:
-            response = self._core().read_namespaced_pod_log(
-                meta["name"], meta["namespace"], container=pod["spec"]["containers"][0]["name"],
-                follow=True, _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S))
-        except ApiException as error:   # e.g. 400 while the container starts: the next poll retries
+            response = self._api.open_pod_log(meta["namespace"], meta["name"], pod["spec"]["containers"][0]["name"],
+                                              follow=True, timeout=(CONNECT_TIMEOUT_S, STREAM_IDLE_TIMEOUT_S))
+        except ApiError as error:   # e.g. 400 while the container starts: the next poll retries
             log.debug("cannot follow the log of pod %s/%s: %s", meta["namespace"], meta["name"], error)
             return
         except Exception as error:  # noqa: BLE001 - the API server is unreachable: the next poll retries
@@ -218,9 +218,8 @@ class PodLogFollower:
         """Deliver every line of an ended pod's log, streamed (not held whole); the refusal
         status that stopped it, or 0."""
         meta = pod["metadata"]
-        response = self._core().read_namespaced_pod_log(
-            meta["name"], meta["namespace"], container=pod["spec"]["containers"][0]["name"],
-            _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, FINAL_READ_TIMEOUT_S))
+        response = self._api.open_pod_log(meta["namespace"], meta["name"], pod["spec"]["containers"][0]["name"],
+                                          follow=False, timeout=(CONNECT_TIMEOUT_S, FINAL_READ_TIMEOUT_S))
         parser, lines = result_lines(pod), LogLines()
         try:
             for chunk in response.stream(CHUNK_BYTES):
@@ -266,7 +265,6 @@ class PodLogFollower:
     def _warn(self, pod: Mapping[str, Any], reason: str, message: str, *, name_suffix: str) -> None:
         """A Warning Event on the pod's Trial.  Its name is fixed by the pod and the line, so
         reading the log again after a restart does not report the same line twice."""
-        from kubernetes.client.exceptions import ApiException
         meta = pod["metadata"]
         owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Trial"), None)
         if owner is None:
@@ -279,9 +277,6 @@ class PodLogFollower:
                 "source": {"component": "kubetune"}, "reportingComponent": "kubetune",
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
         try:
-            self._core().create_namespaced_event(meta["namespace"], body)
-        except ApiException as error:
-            if error.status != 409:
-                log.warning("cannot post %s for pod %s: %s", reason, meta["name"], error)
+            self._api.create_event(meta["namespace"], body)    # False: posted before (409)
         except Exception as error:  # noqa: BLE001 - a lost warning must not stop the results
             log.warning("cannot post %s for pod %s: %s", reason, meta["name"], error)
