@@ -11,7 +11,7 @@ SUBCOMMANDS = {
     "operator": ("kubetune.operator_main", "run the operator against the current KUBECONFIG"),
     "run": ("kubetune.local_run", "run an Experiment file on embedded Ray, no Kubernetes"),
     "devcluster": ("kubetune.devcluster.cli", "start/stop an embedded Kubernetes control plane"),
-    "demo": ("kubetune.demo", "the quickstart: control plane + operator + example Experiment"),
+    "demo": ("kubetune.devcluster.demo", "the quickstart: control plane + operator + example Experiment"),
     "results": ("kubetune.results.command", "an Experiment's results from the results store: table, JSON, CSV, plots"),
 }
 

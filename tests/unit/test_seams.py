@@ -2,6 +2,8 @@
 
 - the controller imports no Ray: it asks the executor (``is_unavailable``) what a
   platform's error means;
+- only k8s/ (and the dev tools devcluster/ and bench/) imports the Kubernetes client:
+  everything else calls k8s/'s typed functions;
 - no import cycle between packages (a package is a folder under kubetune/, or a
   top-level module such as handlers.py);
 
@@ -99,6 +101,26 @@ def test_the_ray_rule_sees_the_ray_executor():
     found = modules_importing(("ray",), "executors")
     assert "ray.exceptions" in found["executors/ray/errors.py"]
     assert "ray" in found["executors/ray/executor.py"]
+
+
+KUBERNETES_ALLOWED = {"k8s", "devcluster", "bench"}
+
+
+def test_only_k8s_imports_the_kubernetes_client():
+    outside = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) > 1 and parts[0] in KUBERNETES_ALLOWED:
+            continue
+        bad = {name for name in imported_modules(path.read_text())
+               if name == "kubernetes" or name.startswith("kubernetes.")}
+        if bad:
+            outside[str(path.relative_to(PACKAGE))] = bad
+    assert outside == {}
+
+
+def test_the_kubernetes_rule_sees_k8s():
+    assert "kubernetes" in modules_importing(("kubernetes",), "k8s")["k8s/pods.py"]
 
 
 def test_no_import_cycle_between_packages():
