@@ -1,4 +1,4 @@
-"""Schedulers: ASHA / HyperBand / median wrap Optuna pruners; PBT is ours."""
+"""Schedulers: ASHA / HyperBand / median / percentile wrap Optuna pruners; PBT is ours."""
 import random
 import re
 
@@ -156,6 +156,33 @@ def test_median_stops_below_the_median_of_completed_trials_after_grace():
         assert runner.trials[name].iteration == 4
         assert stop.message.startswith(f"below median {expected[name]:.4g} of ")
         assert "completed trials at iteration 4: best loss so far" in stop.message
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_percentile_keeps_the_top_fraction_of_completed_trials_after_grace(mode):
+    """quantileFraction 0.25: from the 4th trial on, a trial whose value at iteration 4
+    is outside the best quarter of the completed trials' values there is stopped (Optuna's
+    PercentilePruner(25)); stricter than the median rule on the same trials."""
+    spec = make_spec(objective={"metric": "loss", "mode": mode},
+                     scheduler={"type": "percentile", "maxIterations": 10, "gracePeriod": 4, "quantileFraction": 0.25},
+                     budget={"maxTrials": 16, "parallelism": 1})
+    runner = make_runner(spec)
+    sign = 1.0 if mode == "min" else -1.0
+    sim = Simulator(runner, lambda p, t: sign * (1.0 / t + p["x"]))
+    sim.run()
+    completed, expected = [], {}
+    for trial in sorted(runner.trials.values(), key=lambda t: t.index):
+        at_four = sign * (0.25 + trial.params["x"])
+        cut = np.percentile(completed, 25 if mode == "min" else 75) if len(completed) >= 3 else None
+        if cut is not None and (at_four > cut if mode == "min" else at_four < cut):
+            expected[trial.name] = cut
+        else:
+            completed.append(at_four)
+    stops = {d.name: d for d in of_type(sim.log, StopTrial) if d.reason == "EarlyStopped"}
+    assert set(stops) == set(expected) and len(stops) >= 6
+    for name, stop in stops.items():
+        assert runner.trials[name].iteration == 4
+        assert stop.message.startswith(f"outside the top 25% (cut {expected[name]:.4g}) of ")
 
 
 def test_pbt_perturbation_stays_in_bounds_and_moves_choices_to_neighbours():

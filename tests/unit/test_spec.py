@@ -4,6 +4,7 @@ import copy
 import pytest
 
 from kubetune.spec import SpecError, parse_duration, parse_experiment, parse_memory
+from kubetune.spec.model import SCHEDULERS
 
 GOOD = {
     "objective": {"metric": "val_loss", "mode": "min", "goal": 0.05},
@@ -110,7 +111,7 @@ BAD = [
     ("search.algorithm", "bayes", "spec.search.algorithm", "random, grid, tpe, cmaes, gp, qmc"),
     ("search.algorithm", "grid", "spec.searchSpace.lr.loguniform", "use choice, randint or quniform"),
     ("search.seed", "seven", "spec.search.seed", "integer"),
-    ("scheduler.type", "bohb", "spec.scheduler.type", "fifo, asha, hyperband, median, pbt"),
+    ("scheduler.type", "bohb", "spec.scheduler.type", ", ".join(SCHEDULERS)),
     ("scheduler.maxIterations", None, "spec.scheduler.maxIterations", "required for asha"),
     ("scheduler.reductionFactor", 1, "spec.scheduler.reductionFactor", ">= 2"),
     ("scheduler.gracePeriod", 500, "spec.scheduler.gracePeriod", "<= maxIterations"),

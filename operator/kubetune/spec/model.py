@@ -13,7 +13,7 @@ from typing import Any, Mapping
 ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii")
 # Optuna's samplers that cannot search several objectives at once
 SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
-SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
+SCHEDULERS = ("fifo", "asha", "hyperband", "median", "percentile", "pbt")
 # schedulers that judge trials on several objectives (asha: MO-ASHA's non-dominated sorting)
 MULTI_OBJECTIVE_SCHEDULERS = ("fifo", "asha")
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")

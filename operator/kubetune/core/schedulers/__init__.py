@@ -9,12 +9,13 @@ from kubetune.core.schedulers.hyperband import HyperBandScheduler
 from kubetune.core.schedulers.median import MedianStoppingScheduler
 from kubetune.core.schedulers.mo_asha import MOASHAScheduler
 from kubetune.core.schedulers.pbt import PBTScheduler
+from kubetune.core.schedulers.percentile import PercentileStoppingScheduler
 from kubetune.core.search import Searcher
 from kubetune.spec.model import ExperimentSpec, SpecError
 
 SCHEDULERS: dict[str, type[TrialScheduler]] = {
     "fifo": FIFOScheduler, "asha": ASHAScheduler, "hyperband": HyperBandScheduler,
-    "median": MedianStoppingScheduler, "pbt": PBTScheduler,
+    "median": MedianStoppingScheduler, "percentile": PercentileStoppingScheduler, "pbt": PBTScheduler,
 }
 
 
@@ -31,4 +32,5 @@ def make_scheduler(spec: ExperimentSpec, searcher: Searcher) -> TrialScheduler:
 
 
 __all__ = ["make_scheduler", "TrialScheduler", "SchedulerDecision", "Action", "CONTINUE", "SCHEDULERS",
-           "FIFOScheduler", "ASHAScheduler", "MOASHAScheduler", "HyperBandScheduler", "MedianStoppingScheduler", "PBTScheduler"]
+           "FIFOScheduler", "ASHAScheduler", "MOASHAScheduler", "HyperBandScheduler", "MedianStoppingScheduler",
+           "PercentileStoppingScheduler", "PBTScheduler"]

@@ -50,14 +50,28 @@ class MedianStoppingScheduler(PrunerScheduler):
         return super().on_trial_result(trial, value)
 
     def explain(self, trial: TrialInfo, frozen: optuna.trial.FrozenTrial) -> str:
-        step = frozen.last_step
-        values = np.asarray(list(frozen.intermediate_values.values()), dtype=float)
-        if np.isnan(values).all():
-            return f"reported NaN for {self.metric} at iteration {step}"
-        best = np.nanmin(values) if self.spec.objective.mode == "min" else np.nanmax(values)
-        # The pruner's comparison: the 50th percentile of completed trials' values at this step.
-        completed = self.searcher.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        at_step = [t.intermediate_values[step] for t in completed if step in t.intermediate_values]
-        median = float(np.nanpercentile(np.asarray(at_step, dtype=float), 50)) if at_step else math.nan
-        return (f"below median {fmt(median)} of {len(at_step)} completed trials at iteration {step}: "
+        judged = judged_against(self, frozen, 50.0)
+        if judged is None:
+            return f"reported NaN for {self.metric} at iteration {frozen.last_step}"
+        median, count, best = judged
+        return (f"below median {fmt(median)} of {count} completed trials at iteration {frozen.last_step}: "
                 f"best {self.metric} so far {fmt(best)}")
+
+
+def judged_against(scheduler: PrunerScheduler, frozen: optuna.trial.FrozenTrial,
+                   percentile: float) -> tuple[float, int, float] | None:
+    """What Optuna's PercentilePruner compared at the trial's latest step: the
+    ``percentile`` of the completed trials' values there (counted from the best end, as
+    the pruner does), how many there were, and the trial's best value so far; None when
+    the trial reported only NaN (which the pruner stops outright)."""
+    step = frozen.last_step
+    values = np.asarray(list(frozen.intermediate_values.values()), dtype=float)
+    if np.isnan(values).all():
+        return None
+    minimize = scheduler.spec.objective.mode == "min"
+    best = np.nanmin(values) if minimize else np.nanmax(values)
+    completed = scheduler.searcher.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    at_step = [t.intermediate_values[step] for t in completed if step in t.intermediate_values]
+    cut = percentile if minimize else 100.0 - percentile
+    threshold = float(np.nanpercentile(np.asarray(at_step, dtype=float), cut)) if at_step else math.nan
+    return threshold, len(at_step), float(best)
