@@ -1,0 +1,11 @@
+"""Side effects that run trials: one package per platform behind the typed protocol
+``base.TrialExecutor`` (start, poll results after a sequence number, stop, pause,
+cluster capacity, logs, ``is_unavailable``).
+
+- ``base.py``: the protocol and the types it speaks (LaunchRequest, TrialUpdate, ...);
+- ``ray/``: trials as named, detached Ray actors, the autoscaler request;
+- ``pods/``: one Pod per trial attempt, results pushed over HTTP or read from the log.
+
+May import: core/, spec/, k8s/, trainable/ (the code a Ray actor runs).  A platform's
+own exceptions and client libraries stay inside its package; nothing here imports
+controller/.  Kept free of imports so a Ray worker loading ``ray.host`` stays light."""

@@ -1,4 +1,8 @@
-"""The Experiment data model: parse and validate Experiment CR specs (pure, no I/O)."""
+"""The Experiment data model: parse and validate Experiment CR specs (pure, no I/O).
+
+May import: nothing of kubetune outside spec/ (tests/unit/test_purity.py); the CRD
+(crds/experiment.yaml) and this package agree on enums, defaults and bounds
+(tests/unit/test_crd_matches_spec.py)."""
 from kubetune.spec.model import (
     Budget, CheckpointSpec, ExperimentSpec, Objective, Param, RaySpec, SchedulerSpec, SearchSpec,
     SpecError, TrialResources, TrialTemplate,

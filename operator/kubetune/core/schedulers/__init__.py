@@ -1,5 +1,6 @@
 """Trial schedulers: one per file behind ``base.TrialScheduler``; ``make_scheduler``
-picks the one an Experiment's ``spec.scheduler.type`` names."""
+picks the one an Experiment's ``spec.scheduler.type`` names.  Adding one: see
+CONTRIBUTING.md.  Pure, like the rest of core/."""
 from __future__ import annotations
 
 from kubetune.core.schedulers.asha import ASHAScheduler

@@ -1,0 +1,8 @@
+"""The Ray platform: ``executor.RayExecutor`` (the ``TrialExecutor``), with ``pool``
+(actor names, creating actors, the idle pool), ``results`` (batched fetch rounds),
+``discovery`` (re-attaching after a restart), ``liveness`` (the GCS watch),
+``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable") and
+``host`` (the actor class a worker runs).
+
+May import: ray, executors.base, core/, trainable/.  Imports nothing itself: a Ray
+worker imports ``host`` alone, without the core (Optuna, NumPy; see host.py)."""
