@@ -153,7 +153,12 @@ def test_helm_lint_is_clean(helm):
 def test_template_all_namespaces_uses_a_cluster_role(helm, tmp_path):
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {}))
     assert set(kinds) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                          "PersistentVolumeClaim", "Role", "RoleBinding"}
+                          "PersistentVolumeClaim", "Role", "RoleBinding",
+                          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # the search-space size limit (tests/integration/test_search_space_size.py), on every namespace
+    [size_binding] = kinds["ValidatingAdmissionPolicyBinding"]
+    assert size_binding["spec"]["policyName"] == "kt-kubetune-search-space-size"
+    assert "matchResources" not in size_binding["spec"]
     [deployment] = kinds["Deployment"]
     spec = deployment["spec"]
     # two replicas, one drives: the holder of the Lease (a Role in the release namespace)

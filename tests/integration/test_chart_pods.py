@@ -49,7 +49,9 @@ def test_pod_executor_is_off_by_default(helm, tmp_path):
         assert [s["metadata"]["name"] for s in kinds["Service"]] == ["kt-kubetune-metrics"]
         container = operator_container(kinds)
         assert not any(a.startswith(("--ingest-port", "--ingest-url", "--pod-")) for a in container["args"])
-        assert "ValidatingAdmissionPolicy" not in kinds
+        # the search-space size policy is always there; the pod-security one only with pods
+        assert [p["metadata"]["name"] for p in kinds["ValidatingAdmissionPolicy"]] == \
+            ["kt-kubetune-search-space-size"]
         assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
 
 
@@ -81,7 +83,8 @@ def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
     roles = [r for r in kinds["Role"] if r["metadata"]["name"] != "kt-kubetune-leader"]   # but the Lease's
     secret_rules = [r for role in roles for r in role["rules"] if "secrets" in r["resources"]]
     assert secret_rules and all(r["verbs"] == ["get", "create"] and "resourceNames" not in r for r in secret_rules)
-    [binding] = kinds["ValidatingAdmissionPolicyBinding"]
+    [binding] = [b for b in kinds["ValidatingAdmissionPolicyBinding"]
+                 if b["metadata"]["name"] == "kt-kubetune-pod-security"]
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == \
         ["team-a", "team-b"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
@@ -105,7 +108,7 @@ def test_pod_security_allowances_reach_the_operator_and_the_admission_policy(hel
     assert "--pod-namespace-opt-in" not in args
     [role] = kinds["ClusterRole"]
     assert not any("namespaces" in r["resources"] for r in role["rules"])
-    [policy] = kinds["ValidatingAdmissionPolicy"]
+    [policy] = [p for p in kinds["ValidatingAdmissionPolicy"] if p["metadata"]["name"] == "kt-kubetune-pod-security"]
     [allowed] = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "allowed"]
     assert allowed.strip() == '["hostPath","nodeName"]'
 

@@ -6,7 +6,6 @@ what was wrong and what to write instead.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Mapping
@@ -24,8 +23,11 @@ MAX_GRID_POINTS = 100_000
 MAX_SEED = 2**32 - 1                # what Optuna's samplers (numpy) accept
 MAX_CHOICE_TEXT = 256               # characters of one string choice (the CRD's maxLength)
 # The CRD bounds each part of a search space (64 names, 256 choices each) but cannot see
-# the total: choice values are untyped, and CEL does not reach them. This is the total.
-MAX_SEARCH_SPACE_BYTES = 128 * 1024
+# the total: choice values are untyped, and CRD rules do not reach them. A search space
+# is refused above this size (search_space_size): at apply by the chart's
+# ValidatingAdmissionPolicy (templates/search-space-size-policy.yaml, the same sum and
+# limit), here for clusters without it and for `kubetune run`.
+MAX_SEARCH_SPACE_SIZE = 128 * 1024
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _RAY_ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+:\d+)$")
@@ -194,16 +196,30 @@ def _param(name: str, raw: Any) -> Param:
     return Param(kind, choices=tuple(values))
 
 
+def search_space_size(space: Mapping[str, Any]) -> int:
+    """What the size limit counts: per parameter its name's length + 32, and the length of
+    each choice string (8 per number or boolean). Not the JSON length: the admission
+    policy computes this same sum in CEL, which has no JSON encoder."""
+    total = 0
+    for name, entry in space.items():
+        total += len(str(name)) + 32
+        choices = entry.get("choice") if isinstance(entry, Mapping) else None
+        if isinstance(choices, list):
+            total += sum(len(value) if isinstance(value, str) else 8 for value in choices)
+    return total
+
+
 def _search_space(raw: Any) -> dict[str, Param]:
     path = "spec.searchSpace"
     space = _mapping(raw, path)
     if not space:
         raise SpecError(path, "required: at least one parameter, e.g. lr: {loguniform: [1.0e-5, 1.0e-1]}")
     _parameter_names(list(space))
-    size = len(json.dumps(space, default=str))
-    if size > MAX_SEARCH_SPACE_BYTES:
-        raise SpecError(path, f"is too large: {size // 1024} KiB as JSON (at most {MAX_SEARCH_SPACE_BYTES // 1024} "
-                              "KiB); sample from ranges (uniform, randint, quniform) instead of listing values")
+    size = search_space_size(space)
+    if size > MAX_SEARCH_SPACE_SIZE:
+        raise SpecError(path, f"is too large: {size // 1024} KiB (at most {MAX_SEARCH_SPACE_SIZE // 1024} KiB, "
+                              "counting each parameter name and choice string); sample from ranges "
+                              "(uniform, randint, quniform) instead of listing values")
     return {str(name): _param(str(name), entry) for name, entry in space.items()}
 
 
