@@ -103,3 +103,25 @@ def test_pbt_whose_function_never_checkpoints_gets_a_warning(operator, experimen
         events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
         return [e for e in events if e.get("reason") == "SchedulerCannotAct" and e.get("type") == "Warning"]
     wait_for(warning_event, timeout=30, message="a SchedulerCannotAct Warning Event")
+
+
+@pytest.mark.parametrize("name,resources,message", [
+    # the case: every bundle fits a node, the group never fits the cluster
+    ("thousand", {"cpu": 1, "bundles": 1000},
+     "needs 1000 bundles, 1000 CPU in all, placed together; the whole cluster (1 node) offers 8 CPU"),
+    ("gpus", {"cpu": 0.5, "gpu": 1, "bundles": 5},
+     "needs 5 bundles, 5 GPU in all, placed together; the whole cluster (1 node) offers 4 GPU"),
+])
+def test_a_placement_group_larger_than_the_cluster_fails_at_once_naming_it(
+        operator, experiments_api, kubectl, namespace, name, resources, message):
+    # real Ray (ray_local: one node, 8 CPU, 4 GPU, no autoscaler): judged on the whole group,
+    # as a single bundle too large for any node is, instead of waiting forever
+    body = experiment(name, budget={"maxTrials": 3, "parallelism": 1}, trial={"resources": resources})
+    kubectl_create(kubectl, namespace, body)
+    failed = wait_condition(experiments_api, namespace, name, "Failed", timeout=120, operator=operator)
+    found = condition(failed, "Failed")
+    assert found["reason"] == "Infeasible" and message in found["message"], found
+    assert message in failed["status"]["message"]
+    [trial] = trials(experiments_api, namespace, name)
+    assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Failed", "Infeasible")
+    assert message in trial["status"]["message"]

@@ -292,7 +292,7 @@ class ResourceLedger:
         for kind in needed.kinds():
             if needed.amount(kind) > offered.amount(kind) + 1e-9:
                 return (f"needs {len(bundles)} bundles, {describe_amount(kind, needed.amount(kind))} in all, "
-                        f"placed together; the whole cluster ({len(self._nodes)} nodes) offers "
+                        f"placed together; the whole cluster ({_nodes(len(self._nodes))}) offers "
                         f"{describe_amount(kind, offered.amount(kind))}")
         return None
 
@@ -377,7 +377,7 @@ class ResourceLedger:
             if demand.amount(kind) <= free.amount(kind) + 1e-9:
                 return (f"waiting for {describe_amount(kind, max(b.amount(kind) for b in entry.bundles))} "
                         f"on one node ({describe_amount(kind, free.amount(kind))} free across "
-                        f"{len(self._nodes)} nodes){suffix}")
+                        f"{_nodes(len(self._nodes))}){suffix}")
             return (f"waiting for {describe_amount(kind, demand.amount(kind))} "
                     f"({_amount_only(kind, free.amount(kind))} free of "
                     f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
@@ -402,6 +402,10 @@ class ResourceLedger:
             return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
                     f"{_amount_only(kind, free.amount(kind))} free{suffix}")
         return f"{count}: {self.queue_reason(first)}"
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
 
 
 def _kind_order(kind: str) -> tuple[int, str]:
