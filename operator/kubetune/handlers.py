@@ -34,6 +34,13 @@ def _executor_factory(address: str):
     return _PREPARED.pop(address, None) or _new_executor(address)
 
 
+def _driver_process(address: str):
+    """The executor of an address other than the operator's own: a Ray driver process
+    of its own (executors/ray/process.py)."""
+    from kubetune.executors.ray.process import DriverProcess
+    return DriverProcess(address, {"lease_timeout_s": operator_settings.current().trial_lease_seconds})
+
+
 def prepare_executor(address: str) -> None:
     """Connect to Ray now (blocking: call it in a thread), for the cluster handle to take
     when this replica leads: a driver connection only, no actor is touched until then."""
@@ -69,7 +76,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
                           namespace_opt_in=chosen.pod_namespace_opt_in)
         pod_cluster = await PODS.start()
-    registry = ClusterRegistry(chosen.ray_address, _executor_factory,
+    registry = ClusterRegistry(chosen.ray_address, _executor_factory, separate_factory=_driver_process,
                                pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
                                allow_local=chosen.allow_local_ray or not in_cluster())
     # opened by the writer's thread: a database that is down at start delays the

@@ -8,6 +8,7 @@ picked free so that another Ray on this machine is left alone.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -42,10 +43,13 @@ use_test_auth_token()
 
 
 def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 180.0,
-                   port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
+                   port: int | None = None, resources: dict[str, float] | None = None,
+                   client_port: int | None = None) -> tuple[subprocess.Popen, str, Path]:
     """Start a Ray head in a new process group; returns (process, address, temp dir).
     ``timeout_s``: on a loaded 2-core machine a head has taken over a minute to start.
-    ``port``: the GCS port (default: a free one), e.g. to restart a head at its address."""
+    ``port``: the GCS port (default: a free one), e.g. to restart a head at its address.
+    ``resources``: custom resources of the head (e.g. to tell two heads apart);
+    ``client_port``: the Ray Client server's port (``ray://127.0.0.1:PORT``; default: a free one)."""
     ray_bin = Path(sys.executable).with_name("ray")
     port = port or free_port()
     # A short path: Ray's unix sockets live under it and have a 107-byte limit.
@@ -56,9 +60,9 @@ def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 180.
     process = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--include-dashboard=false",
-         "--object-store-memory=80000000", f"--ray-client-server-port={free_port()}",
+         "--object-store-memory=80000000", f"--ray-client-server-port={client_port or free_port()}",
          f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-port={free_port()}",
-         f"--temp-dir={temp_dir}"],
+         f"--temp-dir={temp_dir}", *([f"--resources={json.dumps(resources)}"] if resources else [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s

@@ -1,10 +1,15 @@
 """One handle per Ray cluster, shared by every Experiment that runs on it: the
 executor (connection), the resource ledger, and the aggregated autoscaler request.
 
-Ray allows one cluster connection per driver process, so an operator process serves
-one Ray address: the one it was started with.  That connection belongs to the
-operator, not to whichever Experiment starts first: an Experiment that names another
-address (a typo, ``auto``, ``local``) fails on its own and no other one with it."""
+Each Ray address an Experiment names gets a connection of its own, and an address
+that cannot be reached (a typo, ``auto`` with no Ray nearby) fails only the
+Experiments that name it: their condition RayUnavailable names the address and the
+cause, and they are retried with backoff like any outage.  The address the operator
+was started with is served by this process's own Ray driver; Ray allows one driver
+per process, so every other address is served by a driver process of its own
+(executors/ray/process.py says why a process and not Ray Client contexts).
+``local`` runs trials (user code) on the operator's machine: inside a cluster, next
+to its ServiceAccount token, so it is refused there unless the operator allows it."""
 from __future__ import annotations
 
 import asyncio
@@ -123,15 +128,20 @@ class RayAddressRefused(RayUnavailable):
 
 
 class ClusterRegistry:
-    """Operator-wide: the one ClusterHandle per Ray address."""
+    """Operator-wide: the one ClusterHandle per Ray address.
+
+    ``executor_factory`` makes the executor of ``default_address`` (this process's Ray
+    driver); ``separate_factory`` that of any other address (a driver process of its
+    own).  Without it (``kubetune run``: one Experiment, one address) other addresses
+    are refused."""
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
-                 pod_cluster: Any = None, *, allow_local: bool = True, pod_refusal: str = "") -> None:
+                 pod_cluster: Any = None, *, allow_local: bool = True, pod_refusal: str = "",
+                 separate_factory: Callable[[str], Any] | None = None) -> None:
         self.default_address = default_address
-        # ``local`` runs trials (user code) inside this process's machine: in a cluster,
-        # next to the operator's ServiceAccount token; refused there unless allowed
         self.allow_local = allow_local
         self._executor_factory = executor_factory
+        self._separate_factory = separate_factory
         self._handles: dict[str, ClusterHandle] = {}
         self.pod_cluster = pod_cluster    # controller.pod_cluster.PodClusterHandle; None: not offered
         self.pod_refusal = pod_refusal    # why not, when the operator says so (pod executor off)
@@ -144,12 +154,16 @@ class ClusterRegistry:
             raise RayAddressRefused(
                 "Ray address 'local' would run trials inside the operator's pod, next to its "
                 "ServiceAccount token; start the operator with --allow-local-ray to allow it")
-        if address != self.default_address:
-            raise RayAddressRefused(
-                f"this operator serves Ray at {self.default_address!r}; spec.ray.address {address!r} "
-                "needs an operator of its own (Ray allows one cluster per process)")
         if address not in self._handles:
-            self._handles[address] = ClusterHandle(address, self._executor_factory)
+            if address == self.default_address:
+                factory = self._executor_factory
+            elif self._separate_factory is not None:
+                factory = self._separate_factory
+            else:
+                raise RayAddressRefused(
+                    f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
+                    "needs `kubetune operator`, which connects to each address an Experiment names")
+            self._handles[address] = ClusterHandle(address, factory)
         return self._handles[address]
 
     def pods(self) -> Any:

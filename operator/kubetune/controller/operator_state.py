@@ -63,10 +63,15 @@ class OperatorState:
         if controller is not None:
             controller.stop()
         cluster = self._cluster_of(body)
+        prefix = f"{namespace}/{name}/"
         if cluster is not None:
-            prefix = f"{namespace}/{name}/"
             if not await cluster.ensure_connected():
-                raise CleanupPending(f"cannot stop the trials of {prefix[:-1]}: {cluster.last_error}")
+                if await self._store_factory(namespace, name, body).list_trials():
+                    raise CleanupPending(f"cannot stop the trials of {prefix[:-1]}: {cluster.last_error}")
+                # no Trial, so nothing was ever launched (a Trial is created before its
+                # launch): an address never reached (a typo) holds the deletion up no longer
+                cluster = None
+        if cluster is not None:
             # every actor and placement group under the experiment, pooled workers included
             await asyncio.to_thread(cluster.executor.stop_all, prefix)
             try:

@@ -27,6 +27,9 @@ class RayUnavailableError(ExecutorError):
         self.address = address
         self.cause = cause
 
+    def __reduce__(self):   # pickled from a driver process (executors/ray/process.py)
+        return type(self), (self.address, self.cause)
+
 
 class TrialState(str, enum.Enum):
     RUNNING = "running"        # started or starting; more results may come

@@ -103,6 +103,31 @@ def read_node_types(timeout_s: float) -> list[dict[str, float]] | None:
     return node_type_shapes(config)
 
 
+def _head_request_resources(bundles: list[dict[str, float]]) -> None:
+    """Runs on the head node: the autoscaler request made there.  Self-contained."""
+    from ray.autoscaler.sdk import request_resources
+    request_resources(bundles=bundles)
+
+
+def request_resources(bundles: list[dict[str, float]], timeout_s: float) -> None:
+    """Ask the connected cluster's autoscaler for ``bundles`` (replacing the previous
+    request).  Ray writes the request into the GCS's key-value store, which a Ray Client
+    (``ray://``) driver cannot reach ("GCS client is not available"): through Ray Client
+    a zero-CPU task on the head makes it there."""
+    if not ray.util.client.ray.is_connected():
+        from ray.autoscaler.sdk import request_resources as request_here
+        request_here(bundles=bundles)
+        return
+    task = ray.remote(num_cpus=0, resources={HEAD_NODE_RESOURCE: 0.001}, max_retries=0)(
+        _shipped_by_value(_head_request_resources))
+    ref = task.remote(bundles)
+    try:
+        ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)
+        raise
+
+
 def _shipped_by_value(function: types.FunctionType) -> types.FunctionType:
     """A copy of a self-contained ``function`` that Ray pickles by value, as it does a
     script's functions; by reference, the head's worker would import kubetune."""

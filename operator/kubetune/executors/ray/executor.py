@@ -48,7 +48,7 @@ from kubetune.core.resources import Resources
 from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest,
                                      NodeResources, RayUnavailableError, ResourceShape,
                                      TrialUpdate)
-from kubetune.executors.ray.autoscaler import read_node_types
+from kubetune.executors.ray.autoscaler import read_node_types, request_resources
 from kubetune.executors.ray.discovery import ActorDiscovery
 from kubetune.executors.ray.errors import is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
@@ -403,8 +403,7 @@ class RayExecutor:
     def request_resources(self, bundles: list[dict[str, float]]) -> None:
         """Tell the Ray autoscaler about queued demand (replaces the previous request)."""
         self._ensure_connected()
-        from ray.autoscaler.sdk import request_resources
-        request_resources(bundles=bundles)
+        request_resources(bundles, timeout_s=3 * self.rpc_timeout_s)
 
     def logs(self, trial_key: str, lines: int = 200) -> str:
         """The tail of what the trial printed (stdout and stderr); "" if unknown."""
