@@ -206,3 +206,28 @@ def test_the_search_space_size_counts_names_and_choice_strings():
     big = {f"p{i}": {"choice": ["v" * 256] * 256} for i in range(2)}
     with pytest.raises(SpecError, match=r"spec.searchSpace: is too large: 128 KiB \(at most 128 KiB"):
         parse_experiment({**MINIMAL, "searchSpace": big})
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML as the API server's decoder reads it: a key twice in one mapping is an error
+    (PyYAML silently keeps the last one, so such a file passed every other test)."""
+
+
+def _mapping_with_unique_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_with_unique_keys)
+ROOT = CRD.parents[1]
+
+
+@pytest.mark.parametrize("path", sorted([*(ROOT / "crds").glob("*.yaml"), *(ROOT / "examples").rglob("*.yaml")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_manifests_name_each_key_once(path):
+    list(yaml.load_all(path.read_text(), Loader=_UniqueKeys))

@@ -5,6 +5,7 @@ single-node head is down, its actors are too), so the retry is shown here."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import pytest
 from kubetune.controller.clusters import ClusterRegistry, RayAddressRefused
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.operator_state import CleanupPending, OperatorState
+from kubetune.controller import restore
 from kubetune.controller.restore import finished_and_unchanged, outcome
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import CreateTrial, FinishExperiment
@@ -58,14 +60,25 @@ def test_a_restored_finished_run_starts_nothing_unless_its_spec_reopens_it(reaso
     assert bool(created) is reopens and (runner.finished is None) is reopens
 
 
-def test_registry_serves_the_operators_address_only():
-    registry = ClusterRegistry("ray://head:10001", lambda address: object(), allow_local=False)
-    with pytest.raises(RayAddressRefused, match="needs an operator of its own"):
-        registry.get("ray://typo:10001")
-    assert registry.get("ray://head:10001") is registry.get(registry.resolve(None))   # the typo took nothing
+def test_registry_connects_each_address_on_its_own():
+    made = []
+    registry = ClusterRegistry("ray://head:10001", lambda address: made.append(("own", address)),
+                               allow_local=False, separate_factory=lambda address: made.append(("separate", address)))
+    typo = registry.get("ray://typo:10001")
+    own = registry.get(registry.resolve(None))
+    assert own.address == "ray://head:10001" and typo.address == "ray://typo:10001" and own is not typo
+    assert own.ledger is not typo.ledger       # each cluster its own capacity
+    assert registry.get("ray://typo:10001") is typo
+    # only the operator's own address uses this process's driver; connections are made lazily
+    assert made == []
+    own._executor_factory(own.address), typo._executor_factory(typo.address)
+    assert made == [("own", "ray://head:10001"), ("separate", "ray://typo:10001")]
     with pytest.raises(RayAddressRefused, match="--allow-local-ray"):
-        ClusterRegistry("local", lambda address: object(), allow_local=False).get("local")
+        registry.get("local")
     assert ClusterRegistry("local", lambda address: object()).get("local").address == "local"
+    # `kubetune run` (no separate drivers): its one address only
+    with pytest.raises(RayAddressRefused, match="kubetune operator"):
+        ClusterRegistry("local", lambda address: object()).get("ray://head:10001")
 
 
 class FlakyRay:
@@ -97,10 +110,18 @@ class FlakyRay:
         return sum(key.startswith(prefix) for key in self.alive)
 
 
+class TrialList:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    async def list_trials(self) -> list[dict]:
+        return [{"metadata": {"name": name}} for name in self.names]
+
+
 def test_deletion_is_retried_until_the_trials_are_gone():
     ray = FlakyRay(unreachable=1)
     registry = ClusterRegistry("ray://head:10001", lambda address: ray)
-    state = OperatorState(registry, store_factory=lambda *_: None, checkpoint_storage="")
+    state = OperatorState(registry, store_factory=lambda *_: TrialList(["e-0", "e-1"]), checkpoint_storage="")
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {}}
 
     async def attempts() -> list[str]:
@@ -121,6 +142,19 @@ def test_deletion_is_retried_until_the_trials_are_gone():
     assert outcomes[-1] == "done" and len(outcomes) == 3, outcomes
     assert "no route to head" in outcomes[0] and "2 Ray actors of ns/e are still alive" in outcomes[1]
     assert ray.alive == set()
+
+
+def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
+    # a typo'd spec.ray.address: no Trial was ever created, so nothing ran there to end
+    registry = ClusterRegistry("ray://head:10001", lambda address: FlakyRay(0),
+                               separate_factory=lambda address: FlakyRay(unreachable=100))
+    body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://typo:10001"}}}
+    asyncio.run(OperatorState(registry, store_factory=lambda *_: TrialList([]), checkpoint_storage="")
+                .delete("ns", "e", body))
+    with pytest.raises(CleanupPending, match="no route to head"):   # with Trials, it waits for Ray
+        registry.get("ray://typo:10001")._next_attempt = 0.0
+        asyncio.run(OperatorState(registry, store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="")
+                    .delete("ns", "e", body))
 
 
 def test_a_running_trial_nobody_calls_ends_with_its_lease():
@@ -198,3 +232,85 @@ def test_a_merge_patch_applied_as_the_api_server_does_gives_the_new_status():
     stored = {**before}
     apply_merge_patch(stored, merge_patch(before, after))
     assert stored == after
+
+
+def test_restores_wait_their_turn_in_every_event_loop():
+    # more restores than CONCURRENT_RESTORES at once make some wait on the semaphore;
+    # a second event loop in the same process (a test, a benchmark) must work as well
+    spec = make_spec()
+    gate: list[asyncio.Event] = []
+
+    async def listing() -> list[dict]:
+        await gate[0].wait()
+        return []
+
+    async def restores() -> int:
+        gate[:] = [asyncio.Event()]
+        pending = [asyncio.create_task(restore.rebuild(
+            spec, experiment="e", owner="ns/e/", start_time=0.0, status={}, generation=1, list_trials=listing))
+            for _ in range(restore.CONCURRENT_RESTORES + 2)]
+        await asyncio.sleep(0)
+        gate[0].set()
+        return len(await asyncio.gather(*pending))
+
+    assert asyncio.run(restores()) == asyncio.run(restores()) == restore.CONCURRENT_RESTORES + 2
+
+
+def test_a_pod_queued_by_the_platform_keeps_its_slot_across_a_restart():
+    # a launched pod the kube-scheduler cannot place shows as Queued; a restarted operator
+    # must read it as launched (running, holding its slot), not as a trial never launched
+    from kubetune.controller import render
+    from kubetune.controller.platform_queue import PlatformQueue
+    from kubetune.core.types import LaunchTrial, TrialPhase
+    spec = make_spec(budget={"maxTrials": 3, "parallelism": 1})
+    runner = make_runner(spec)
+    [launch] = [d for d in runner.step(0.0) if isinstance(d, LaunchTrial)]
+    runner.on_trial_launched(launch.name, 0.0)
+    queue = PlatformQueue()
+    queue.note(launch.name, "Unschedulable", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu")
+    trial = runner.trials[launch.name]
+    written = queue.trial_status(launch.name, render.trial_status(trial, objective="loss"))
+    assert written["phase"] == "Queued" and "Insufficient" in written["message"]     # what users see
+    body = {"metadata": {"name": launch.name}, "spec": {"index": trial.index, "parameters": dict(trial.params)},
+            "status": json.loads(json.dumps(written))}
+    restored = make_runner(spec)
+    restored.restore([render.trial_record(body)])
+    assert restored.trials[launch.name].phase is TrialPhase.RUNNING
+    assert not [d for d in restored.step(1.0) if isinstance(d, LaunchTrial)]     # parallelism 1 is taken
+
+
+def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
+    # the check for results the killed operator took but never stored is retried until
+    # it holds, like every other effect: a fetch failing once (Ray unreachable) loses nothing
+    from kubetune.controller.experiment import ExperimentController
+    from kubetune.core.types import Result
+    from kubetune.executors.base import RayUnavailableError, TrialState, TrialUpdate
+
+    class Store:
+        def __init__(self) -> None:
+            self.recorded: list[int] = []
+
+        def stored_through(self, names):
+            return {name: 1 for name in names}
+
+        def results(self, name, results):
+            self.recorded += [r.seq for r in results]
+
+    class Ray:
+        calls = 0
+
+        def poll(self, cursors, wait_s=0.0):
+            self.calls += 1
+            if self.calls == 1:
+                raise RayUnavailableError("ray://head:10001", "connection refused")
+            [(key, after)] = cursors.items()
+            return {key: TrialUpdate(key, TrialState.RUNNING, tuple(
+                Result(seq=seq, iteration=seq + 1, metrics={"loss": 1.0}, timestamp=0.0) for seq in range(after + 1, 5)))}
+
+    controller = ExperimentController(namespace="ns", name="e", store=None, registry=None, body=lambda: {})
+    controller.results, controller.cluster = Store(), SimpleNamespace(executor=Ray())
+    controller._unstored = {"e-0": 3}
+    with pytest.raises(RayUnavailableError):
+        asyncio.run(controller._store_results_taken_before_restart())
+    asyncio.run(controller._store_results_taken_before_restart())
+    assert controller.results.recorded == [2, 3] and controller._unstored == {}

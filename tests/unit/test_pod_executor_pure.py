@@ -140,7 +140,7 @@ def test_launched_trials_the_scheduler_cannot_place_show_as_queued():
     assert not queue.note("a", "Unschedulable", "0/2 nodes are available")
     running = {"phase": "Running", "reason": "", "message": "", "iteration": 0}
     assert queue.trial_status("a", running) == {**running, "phase": "Queued", "reason": "Unschedulable",
-                                                "message": "0/2 nodes are available"}
+                                                "message": "0/2 nodes are available", "launched": True}
     assert queue.trial_status("b", running) == running
     assert queue.trial_status("a", {**running, "phase": "Stopped"})["phase"] == "Stopped"
     summary = ExperimentSummary(counts={"Running": 3, "Queued": 0})

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from kubetune import metrics
-from kubetune.controller import render, restore
+from kubetune.controller import render, restore, warm_start
 from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
@@ -123,6 +123,7 @@ class ExperimentController:
         self._write_failures = WriteFailures()
         self._finished_at: float | None = None   # when the finished status first waited for Trial writes
         self._blocked: tuple[str, str] | None = None   # (reason, message): e.g. a missing permission
+        self._warm_sources: list[dict[str, Any]] | None = None   # status.warmStartSources (warm_start.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -286,7 +287,7 @@ class ExperimentController:
                 self.cluster = self.registry.pods() if spec.executor == "pod" else self.registry.get(address)
             except RayUnavailable as error:
                 self._generation = generation
-                await self._fail_invalid_spec(str(error), generation, reason="RayAddressUnsupported"
+                await self._fail_invalid_spec(str(error), generation, reason="RayAddressRefused"
                                               if spec.executor == "ray" else "PodExecutorUnavailable")
                 return
             if restore.finished_and_unchanged(body.get("status") or {}, generation):
@@ -308,7 +309,7 @@ class ExperimentController:
         """Rebuild from the Trial resources: a restarted operator continues the same run."""
         status = body.get("status") or {}
         start_time = parse_rfc3339(status["startTime"]) if status.get("startTime") else now
-        warm, notes = await self._warm_start(spec)
+        warm, notes = await self._warm_start(spec, status)
         try:
             runner, trials = await restore.rebuild(
                 spec, experiment=self.name, owner=self._trial_key(""), start_time=start_time, status=status,
@@ -338,20 +339,32 @@ class ExperimentController:
             for _, _, reason, message in warm_start_condition(outcomes, True):
                 await self._event_guarded("Warning", reason, message)
 
-    async def _warm_start(self, spec: ExperimentSpec) -> tuple[list, list[str]]:
-        """The succeeded trials of the Experiments ``spec.warmStart`` names (read at every
-        start, so a restarted operator seeds the same search), and what was not found."""
+    async def _warm_start(self, spec: ExperimentSpec, status: Mapping[str, Any]) -> tuple[list, list[str]]:
+        """The succeeded trials of the Experiments ``spec.warmStart`` names, and what was
+        not found: at the first start as they are, and recorded; after a restart the same
+        trials again (controller/warm_start.py)."""
         if spec.warm_start is None:
             return [], []
-        warm, notes = [], []
+        recorded = {source.get("experiment"): source for source in status.get("warmStartSources") or ()}
+        first_start = "warmStartSources" not in status
+        warm, notes, sources = [], [], []
         for experiment in spec.warm_start.experiments:
             if experiment == self.name:
                 notes.append(f"{experiment}: is this Experiment")
                 continue
-            found = warm_trials(experiment, [render.trial_record(t) for t in await self.store.list_trials_of(experiment)])
-            if not found:
-                notes.append(f"{experiment}: no succeeded Trials in namespace {self.namespace}")
+            listed = await self.store.list_trials_of(experiment)
+            gone = ""
+            if first_start or experiment not in recorded:
+                source, chosen = warm_start.snapshot(experiment, listed)
+            else:
+                source = recorded[experiment]
+                chosen, gone = warm_start.select(source, listed)
+            sources.append(source)
+            found = warm_trials(experiment, [render.trial_record(t) for t in chosen])
+            if gone or not found:
+                notes.append(gone or f"{experiment}: no succeeded Trials in namespace {self.namespace}")
             warm += found
+        self._warm_sources = sources
         return warm, notes
 
     async def _pod_policy_refusal(self, spec) -> str:
@@ -698,14 +711,16 @@ class ExperimentController:
         again from the running trials, which keep a tail of fetched-past results
         (trainable/function_runner.py KEPT_ACKED_RESULTS), and stored; the runner never
         sees them twice."""
-        wanted, self._unstored = self._unstored, {}
         try:
-            stored = await asyncio.to_thread(self.results.stored_through, list(wanted))
+            stored = await asyncio.to_thread(self.results.stored_through, list(self._unstored))
         except Exception as error:  # noqa: BLE001 - store down: the condition says so; nothing to refetch against
             log.warning("%s/%s: results store unreadable, not checking for results lost in the restart: %s",
                         self.namespace, self.name, error)
+            self._unstored = {}
             return
-        for name, last in wanted.items():
+        # a trial is checked off only once done: a fetch that fails (Ray unreachable) leaves
+        # it, and the ones after it, to the next cycle (the store is idempotent per seq)
+        for name, last in list(self._unstored.items()):
             after, key = stored.get(name, -1), self._trial_key(name)
             while after < last:
                 update = (await asyncio.to_thread(self.cluster.executor.poll, {key: after}, wait_s=0)).get(key)
@@ -714,6 +729,7 @@ class ExperimentController:
                     break
                 self._record_results(name, missing)
                 after = missing[-1].seq
+            del self._unstored[name]
 
     async def _settle_results(self) -> None:
         """Before a trial's run ends (stop, pause, failure), and with it the only other copy
@@ -811,7 +827,8 @@ class ExperimentController:
         status = render.experiment_status(
             summary, total=self.spec.budget.max_trials, previous=self._experiment_written,
             generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra,
-            blocked=self._blocked)
+            blocked=self._blocked,
+            kept={"warmStartSources": self._warm_sources} if self._warm_sources is not None else None)
         if status == self._experiment_written:
             return
         phase_changed = status.get("phase") != self._experiment_written.get("phase")

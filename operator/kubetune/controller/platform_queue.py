@@ -6,6 +6,11 @@ The executor reports that (``TrialUpdate.waiting_reason``/``waiting_message``), 
 this overlay shows such a trial as ``Queued`` with the scheduler's message, in the
 Trial's status and in the Experiment's counts and queue reason, while the runner's
 own bookkeeping stays as it is.  Pure; the controller feeds it every poll.
+
+Such a Trial's status says ``launched: true`` beside ``phase: Queued``, so that a
+restarted operator reads it as the runner had it, running (render.trial_record): it
+re-attaches to the pod and keeps its slot, instead of taking it for a trial never
+launched and starting another one in its slot.
 """
 from __future__ import annotations
 
@@ -32,7 +37,8 @@ class PlatformQueue:
         waiting = self._waiting.get(name)
         if waiting is None or status.get("phase") != TrialPhase.RUNNING.value:
             return status
-        return {**status, "phase": TrialPhase.QUEUED.value, "reason": waiting[0], "message": waiting[1]}
+        return {**status, "phase": TrialPhase.QUEUED.value, "reason": waiting[0], "message": waiting[1],
+                "launched": True}
 
     def summary(self, summary: ExperimentSummary, trials: Mapping[str, Any]) -> ExperimentSummary:
         """``trials``: the runner's trials by name (only running ones can wait)."""

@@ -148,11 +148,17 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
     failures = status.get("failures") or ()
     counted = sum(1 for f in failures if f.get("reason") != "ClusterFault")
     last_value = status.get("lastObjective")
+    phase = TrialPhase(status.get("phase", "Pending"))
+    if phase is TrialPhase.QUEUED and status.get("launched"):
+        # launched, and queued by the platform (controller/platform_queue.py): running to
+        # the runner, and the platform's reason is not the trial's
+        phase = TrialPhase.RUNNING
+        status["reason"] = status["message"] = ""
     return TrialRecord(
         name=body["metadata"]["name"],
         index=int(spec.get("index", 0)),
         params=dict(spec.get("parameters") or {}),
-        phase=TrialPhase(status.get("phase", "Pending")),
+        phase=phase,
         history=tuple(status.get("history") or ()),
         checkpoint=status.get("checkpoint"),
         # retries caused by the cluster (Ray restarted) do not count against maxFailures
@@ -181,8 +187,11 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
 def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mapping[str, Any],
                       generation: int | None, now: float, suspended: bool,
                       extra_conditions: Iterable[tuple[str, bool, str, str]] = (),
-                      blocked: tuple[str, str] | None = None) -> dict[str, Any]:
-    """The Experiment's status: phase, conditions, counts, best trial, queue reason."""
+                      blocked: tuple[str, str] | None = None,
+                      kept: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Experiment's status: phase, conditions, counts, best trial, queue reason.
+    ``kept``: fields a restarted operator needs as written (bounded by their writer),
+    never cut, like the conditions (e.g. ``warmStartSources``)."""
     counts = {key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}
     counts["created"] = summary.created
     done = counts["succeeded"] + counts["failed"] + counts["stopped"]
@@ -258,5 +267,6 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     # from: they are never what fit() cuts (each message is already capped at 1 KiB);
     # the rest is shrunk into what they leave.
     conditions = json_safe(status.pop("conditions"))
-    rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions), 2048))
-    return {**rest, "conditions": conditions}
+    kept = json_safe(dict(kept or {}))
+    rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions) - json_size(kept), 2048))
+    return {**rest, **kept, "conditions": conditions}

@@ -7,6 +7,7 @@ while a large Experiment replays its history."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.controller import render
@@ -20,7 +21,9 @@ RUNNER_OUTCOMES = frozenset({"GoalReached", "MaxTrialsReached", "SearchSpaceExha
 # restores at once: each holds a LIST of full Trials and builds a study; more at once
 # would only share the same interpreter (GIL) and add their memory up
 CONCURRENT_RESTORES = 2
-_slots: asyncio.Semaphore | None = None
+# one semaphore per event loop: an asyncio.Semaphore binds to the loop it first waits
+# on, and a process may run several loops one after another (tests, benchmarks)
+_slots: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
 
 
 def outcome(status: Mapping[str, Any]) -> FinishExperiment | None:
@@ -46,10 +49,11 @@ async def rebuild(spec: ExperimentSpec, *, experiment: str, owner: str, start_ti
                   **runner_options: Any) -> tuple[TrialRunner, list[dict]]:
     """A runner rebuilt from the Experiment's Trials (listed and replayed a few
     Experiments at a time, the replay in a thread), without the shared ledger yet."""
-    global _slots
-    if _slots is None:
-        _slots = asyncio.Semaphore(CONCURRENT_RESTORES)
-    async with _slots:
+    loop = asyncio.get_running_loop()
+    slots = _slots.get(loop)
+    if slots is None:
+        slots = _slots[loop] = asyncio.Semaphore(CONCURRENT_RESTORES)
+    async with slots:
         trials = await list_trials()
         runner = await asyncio.to_thread(_replay, spec, experiment, owner, start_time, trials, runner_options)
     ended = outcome(status)
