@@ -9,7 +9,7 @@ import kopf
 from kubetune import metrics, settings as operator_settings
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import CleanupPending, OperatorState
-from kubetune.controller.pod_cluster import POD_EXECUTOR_OFF, PodSupport
+from kubetune.executors.pods.cluster import POD_EXECUTOR_OFF, PodSupport
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
 from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore

@@ -143,7 +143,7 @@ class ClusterRegistry:
         self._executor_factory = executor_factory
         self._separate_factory = separate_factory
         self._handles: dict[str, ClusterHandle] = {}
-        self.pod_cluster = pod_cluster    # controller.pod_cluster.PodClusterHandle; None: not offered
+        self.pod_cluster = pod_cluster    # executors.pods.cluster.PodClusterHandle; None: not offered
         self.pod_refusal = pod_refusal    # why not, when the operator says so (pod executor off)
 
     def resolve(self, requested: str | None) -> str:
