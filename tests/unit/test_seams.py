@@ -1,7 +1,7 @@
 """The seams between kubetune's packages, read from the source (issue 18, DESIGN.md):
 
 - the controller imports no Ray: it asks the executor (``is_unavailable``) what a
-  platform's error means;
+  platform's error means; of executors/ it imports the protocol (base.py) only;
 - only k8s/ (and the dev tools devcluster/ and bench/) imports the Kubernetes client:
   everything else calls k8s/'s typed functions;
 - no import cycle between packages (a package is a folder under kubetune/, or a
@@ -95,6 +95,16 @@ def modules_importing(prefixes: tuple[str, ...], under: str) -> dict[str, set[st
 def test_controller_imports_no_ray():
     assert list((PACKAGE / "controller").rglob("*.py"))
     assert modules_importing(("ray",), "controller") == {}
+
+
+def test_controller_imports_no_platform_package():
+    """Of executors/, the controller knows the protocol only; the operator (handlers.py)
+    and ``kubetune run`` hand it the platform."""
+    found = modules_importing(("kubetune.executors",), "controller")
+    platform = {path: {n for n in names if not n.startswith("kubetune.executors.base")}
+                for path, names in found.items()}
+    assert {path: names for path, names in platform.items() if names} == {}
+    assert found, "the controller should use the executor protocol (executors.base)"
 
 
 def test_the_ray_rule_sees_the_ray_executor():
