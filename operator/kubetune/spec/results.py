@@ -17,6 +17,9 @@ from typing import Any, Mapping
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 MAX_METRIC_NAME = 256
 MAX_METRICS = 1000           # per result
+# one result's JSON, on either platform: what report() takes in a Ray trial
+# (trainable/function_runner.py) and the pod ingest's body limit (executors/pods/ingest.py)
+MAX_RESULT_BYTES = 1 << 20
 # what starts a result line in a trial pod's log (metricsCollector: stdout): written by
 # trainable/pod_session.py, read by executors/pods/stdout_results.py
 RESULT_PREFIX = "KUBETUNE_RESULT"

@@ -41,7 +41,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Mapping
 
-from kubetune.spec.results import check_metric, check_metrics
+from kubetune.spec.results import MAX_RESULT_BYTES, check_metric, check_metrics
 from kubetune.trainable import api
 from kubetune.trainable.checkpoint import CheckpointStore, materialize
 from kubetune.trainable.output import LineBuffer
@@ -56,8 +56,9 @@ ERROR_MESSAGE_CHARS = 2000
 # ends right after its last report then delivers its ending in the same batch, which
 # saves the operator a round trip per trial (and batches fast reporters)
 FETCH_LINGER_S = 0.005
-MAX_RESULT_BYTES = 1 << 20          # the pod ingest's body limit: the same rule for both executors
-MAX_PENDING_RESULTS = 10_000        # the pod ingest's per-trial buffer
+# a trial's own process holds more results ahead of the operator than the operator's
+# pod inbox does per trial (executors/pods/ingest.py: 1,000), which holds every trial's
+MAX_PENDING_RESULTS = 10_000
 KEPT_ACKED_RESULTS = 1_000          # fetched-past results kept for a restarting operator
 KEPT_ACKED_BYTES = 8 << 20
 PENDING_WAIT_S = 1.0                # a waiting report() re-checks for a stop this often
@@ -229,10 +230,6 @@ class FunctionRunner:
     def stray_threads(self) -> list[str]:
         """Names of the threads the function started that outlive it."""
         return sorted(t.name for t in list(self._threads) if t.is_alive())
-
-    @property
-    def latest_checkpoint(self) -> str | None:
-        return self._latest_checkpoint
 
     def _run(self) -> None:
         api.bind(self)

@@ -46,11 +46,11 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.core.types import Result
 from kubetune.executors.pods.ingest_http import BoundedHttpServer, HttpError
-from kubetune.spec.results import MetricError, check_iteration, check_metrics
+from kubetune.spec.results import MAX_RESULT_BYTES, MetricError, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = MAX_RESULT_BYTES     # a body is one result
 MAX_BUFFERED_PER_TRIAL = 1_000
 MAX_BUFFERED_BYTES_PER_TRIAL = 8 << 20
 MAX_SEQ = 2 ** 31 - 1           # seq and iteration: what a 32-bit counter holds, far beyond any run
