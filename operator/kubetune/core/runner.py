@@ -176,8 +176,7 @@ class TrialRunner:
                 if other.infeasible or other.best_value is None or (
                         other.phase is not SUCCEEDED and not self._feasible(other.latest)):
                     continue
-                if self._best is None or self.spec.objective.better(other.best_value, self._best.value):
-                    self._best = _Best(other.best_value, other.name, other.best_iteration, dict(other.params))
+                self._offer_best(other.best_value, other, other.best_iteration)
 
     def _record_value(self, trial: TrialInfo, value: float, iteration: int) -> None:
         """Best-so-far bookkeeping of the (first) objective: the trial's own best always,
@@ -190,7 +189,12 @@ class TrialRunner:
             trial.best_value, trial.best_iteration = value, iteration
         if self.spec.multi_objective or not self._feasible(trial.latest):
             return
-        if self._best is None or objective.better(value, self._best.value):
+        self._offer_best(value, trial, iteration)
+
+    def _offer_best(self, value: float, trial: TrialInfo, iteration: int) -> None:
+        """The experiment's best becomes ``trial``'s ``value`` if that is better: the one
+        place the best trial changes, but for a trial found infeasible (reset, above)."""
+        if self._best is None or self.spec.objective.better(value, self._best.value):
             self._best = _Best(value, trial.name, iteration, dict(trial.params))
 
     def _has_learned(self) -> bool:
