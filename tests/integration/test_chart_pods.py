@@ -19,7 +19,7 @@ from test_pods import Container, pod_experiment, pods_of
 
 pytestmark = pytest.mark.integration
 
-# exactly what executors/pods.py and the ingest endpoint call, on top of the Ray rules
+# exactly what executors/pods/executor.py (through k8s/pods.py) and the ingest endpoint call, on top of the Ray rules
 POD_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},

@@ -1,6 +1,6 @@
 """The result ingest endpoint against real sockets: it authenticates from the headers
 alone (no body read, no API call), bounds what a connection may hold and for how
-long, and bounds each trial's buffer (executors/pod_ingest.py, ingest_http.py)."""
+long, and bounds each trial's buffer (executors/pods/ingest.py, ingest_http.py)."""
 from __future__ import annotations
 
 import asyncio

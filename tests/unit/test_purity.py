@@ -1,4 +1,4 @@
-"""core/ and spec/ are pure: no Ray, no Kubernetes, no clock, no I/O (DESIGN.md)."""
+"""core/ and spec/ are pure: no Ray, no Kubernetes, no clock, no I/O (README: Layout)."""
 import ast
 import pathlib
 

@@ -45,11 +45,3 @@ def _condition(type_: str, status: str, reason: str, message: str, transition: s
     if generation is not None:
         condition["observedGeneration"] = generation
     return condition
-
-
-def same_conditions(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> bool:
-    """Equal but for lastTransitionTime (which only changes with status anyway)."""
-    def strip(items):
-        return sorted((tuple(sorted((k, v) for k, v in c.items() if k != "lastTransitionTime"))
-                       for c in items))
-    return strip(left) == strip(right)

@@ -30,7 +30,7 @@ from kubetune.core.runner import TrialRunner
 from kubetune.core.search import warm_trials
 from kubetune.core.sanitize import cap_text
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
-                                 StopTrial, TrialPhase, TrialPhaseChanged)
+                                 StopTrial, TrialPhase)
 from kubetune.executors.base import LaunchRequest, RayUnavailableError
 from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
 

@@ -91,9 +91,6 @@ class Resources:
     def amount(self, kind: str) -> float:
         return self._amounts().get(kind, 0.0)
 
-    def is_zero(self) -> bool:
-        return not self.kinds()
-
     def to_ray(self) -> dict[str, float]:
         """The dict Ray's ``resources=`` / placement-group bundles / ``request_resources`` take."""
         return {k: v for k, v in self._amounts().items() if v > 0}

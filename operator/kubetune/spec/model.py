@@ -1,6 +1,6 @@
 """The parsed Experiment: frozen dataclasses, snake_case, defaults already applied.
 
-Field names follow the shared contract (notes/CONTRACT.md); ``parse.py`` builds them
+Field names are the CRD's (crds/experiment.yaml) in snake_case; ``parse.py`` builds them
 from the CR's camelCase dict and is the only place that validates.
 """
 from __future__ import annotations

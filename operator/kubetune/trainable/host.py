@@ -1,6 +1,6 @@
 """The body of a trial worker: hosts one trial at a time in a long-lived process.
 
-``executors/ray.py`` turns this class into a named, detached, threaded Ray actor;
+``executors/ray/executor.py`` turns this class into a named, detached, threaded Ray actor;
 nothing here imports Ray, so it is tested in-process.  One process may host many
 trials in turn (actor reuse): a finished trial's results stay until the executor
 ``release``s it or assigns the next trial, so an operator that restarts between the

@@ -76,12 +76,6 @@ def install_guard(saved_sysctls: Path) -> None:
         Path("/proc/sys", key).write_text(value)
 
 
-def guard_installed() -> bool:
-    listed = run("iptables", "-w", "-t", "mangle", "-S", GUARD_CHAIN, check=False).stdout
-    return all(" ".join(["-A", GUARD_CHAIN, *rule]) in listed for rule in guard_rules()) and \
-        f"-j {GUARD_CHAIN}" in run("iptables", "-w", "-t", "mangle", "-S", "FORWARD").stdout
-
-
 def remove_guard_chain() -> None:
     while run("iptables", "-w", "-t", "mangle", "-D", "FORWARD", "-j", GUARD_CHAIN, check=False).returncode == 0:
         pass

@@ -7,13 +7,13 @@ Per trial, owned by its Trial resource (so deleting the Experiment deletes them 
   accepts a trial's results only with that trial's token;
 - a ConfigMap ``<trial>-params`` with the trial's config as JSON, mounted read-only
   at ``/etc/kubetune/config.json``;
-- one Pod per attempt, ``<trial>-a<attempt>`` (pod_spec.py renders it): a failed
+- one Pod per attempt, ``<trial>-a<attempt>`` (spec.py renders it): a failed
   pod is replaced by a new one, with the latest checkpoint passed in
   (``KUBETUNE_CHECKPOINT``); the failed pods stay until the Trial goes, for their logs.
 
-Results are pushed by the pod to the operator (pod_ingest.py) and buffered in a
+Results are pushed by the pod to the operator (ingest.py) and buffered in a
 ``ResultInbox``; with ``spec.trial.metricsCollector: stdout`` the operator reads them
-from the pod's log instead (pod_logs.py) into the same inbox.  ``poll`` hands them
+from the pod's log instead (logs.py) into the same inbox.  ``poll`` hands them
 over with the state read from the pod:
 
 - Pending and the kube-scheduler cannot place it: running for the runner (it holds

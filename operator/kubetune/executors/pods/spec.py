@@ -31,7 +31,7 @@ LABEL_EXPERIMENT = "kubetune.dev/experiment"
 LABEL_TRIAL = "kubetune.dev/trial"
 LABEL_ATTEMPT = "kubetune.dev/attempt"
 ANNOTATION_TRIAL_KEY = "kubetune.dev/trial-key"
-# "stdout": the operator reads the pod's results from its log (executors/pod_logs.py)
+# "stdout": the operator reads the pod's results from its log (executors/pods/logs.py)
 ANNOTATION_METRICS_COLLECTOR = "kubetune.dev/metrics-collector"
 
 CONFIG_VOLUME = "kubetune-config"

@@ -1,5 +1,5 @@
 """Finding the actors of an experiment again after the operator restarted (see
-executors/ray.py).
+executors/ray/executor.py).
 
 Which actor hosts which trial is asked of the actors themselves (``describe``), so
 nothing needs recording on the Trial: the executor lists the named actors of an

@@ -28,9 +28,9 @@ Results.  ``poll`` fires one ``fetch(after_seq)`` per trial, then waits for all 
 them together: one round trip for any number of trials; with ``wait_s`` > 0 it is a
 long poll.
 
-This module is the executor's surface; the parts live beside it: ``ray_pool``
-(actor names, creating actors, the idle pool), ``ray_results`` (the batched fetch
-rounds), ``ray_discovery`` (re-attaching after a restart).
+This module is the executor's surface; the parts live beside it: ``pool``
+(actor names, creating actors, the idle pool), ``results`` (the batched fetch
+rounds), ``discovery`` (re-attaching after a restart).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Ray actor class of a trial worker (see executors/ray.py).
+"""The Ray actor class of a trial worker (see executors/ray/executor.py).
 
 In a module of its own that imports only Ray and ``kubetune.trainable``: every
 worker process imports the module its actor class lives in, and the rest of

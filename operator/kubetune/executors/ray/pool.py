@@ -1,5 +1,5 @@
 """The Ray actors that host trials: their names, their creation, and the pool of idle
-workers that host the next trial of the same shape (see executors/ray.py).
+workers that host the next trial of the same shape (see executors/ray/executor.py).
 
 A pooled worker is keyed by experiment + resource shape + runtime_env; it waits in
 the pool after its trial ends and is killed after ``idle_ttl_s``, or at once when a

@@ -1,4 +1,4 @@
-"""Fetching trial results from their actors in batched rounds (see executors/ray.py).
+"""Fetching trial results from their actors in batched rounds (see executors/ray/executor.py).
 
 ``fetch_results`` fires one ``fetch(after_seq)`` per trial, then waits for all of
 them together: one round trip for any number of trials.  With ``wait_s`` > 0 it is
