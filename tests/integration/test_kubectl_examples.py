@@ -4,6 +4,7 @@ unquoted ``y:`` is ``true``) against the real API server, compared with what
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,12 @@ EXPERIMENT_FILES = sorted(path for path in EXAMPLES_DIR.rglob("*.yaml")
                                  for doc in yaml.safe_load_all(path.read_text())))
 
 
+README = EXAMPLES_DIR.parent / "README.md"
+# the Experiments written out whole in the README (```yaml blocks with kind: Experiment)
+README_EXPERIMENTS = [block for block in re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
+                      if "kind: Experiment" in block]
+
+
 def test_kubectl_is_the_control_planes_version(kubectl):
     client = json.loads(kubectl("version", "--client", "-o", "json").stdout)["clientVersion"]
     assert client["gitVersion"] == kubernetes_version()
@@ -42,8 +49,18 @@ def applied_with_kubectl(kubectl, namespace: str, path: Path) -> dict:
     return json.loads(kubectl("get", "-n", namespace, "experiment", name, "-o", "json").stdout)
 
 
-@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(EXAMPLES_DIR)))
-def test_example_gives_the_same_trials_through_kubectl_and_kubetune_run(kubectl, namespace, path):
+def test_the_readme_experiment_is_checked():
+    assert len(README_EXPERIMENTS) >= 1 and "name: mnist-lr" in README_EXPERIMENTS[0]
+
+
+@pytest.mark.parametrize("source", [*EXPERIMENT_FILES, *README_EXPERIMENTS],
+                         ids=[*(str(p.relative_to(EXAMPLES_DIR)) for p in EXPERIMENT_FILES),
+                              *(f"README.md-{n}" for n in range(1, len(README_EXPERIMENTS) + 1))])
+def test_example_gives_the_same_trials_through_kubectl_and_kubetune_run(kubectl, namespace, source, tmp_path):
+    path = source
+    if isinstance(source, str):      # a README block: the file a user would copy it into
+        path = tmp_path / "experiment.yaml"
+        path.write_text(source)
     stored = applied_with_kubectl(kubectl, namespace, path)["spec"]
     local = load_experiment(str(path))["spec"]           # what `kubetune run` reads
     assert sorted(stored["searchSpace"]) == sorted(local["searchSpace"])
