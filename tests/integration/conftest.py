@@ -9,6 +9,7 @@ import pytest
 
 from autoscaler_fixtures import *  # noqa: F401,F403
 from kube_fixtures import *  # noqa: F401,F403  (pytest discovers fixtures by name)
+from kueue_fixtures import *  # noqa: F401,F403
 from operator_fixtures import *  # noqa: F401,F403
 from pod_fixtures import *  # noqa: F401,F403
 from postgres_fixtures import *  # noqa: F401,F403

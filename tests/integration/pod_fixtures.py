@@ -11,9 +11,11 @@ bound to a fake node Running, and ends it when a test sets the pod's
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Mapping
 
 import pytest
 
@@ -40,29 +42,43 @@ class GpuCluster:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
 
-@pytest.fixture(scope="module")
-def gpu_cluster(request, tmp_path_factory):
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():   # a cold build takes minutes: show progress
-        ensure_binaries(["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"], log=log)
-        ensure_kwok(log=log)
-    root = tmp_path_factory.mktemp("gpu-cluster")
-    plane = ControlPlane(root / "plane", with_scheduler=True, die_with_parent=True, log=log)
-    fake = FakeNodes(plane.kubeconfig, root / "kwok", die_with_parent=True, log=log)
+
+@contextlib.contextmanager
+def kwok_plane(root: Path, nodes: Mapping[str, Mapping[str, str]]) -> Iterator[tuple[ControlPlane, FakeNodes]]:
+    """A control plane with the kube-scheduler and kwok's fake ``nodes`` (name -> capacity),
+    stopped afterwards; the binaries must be built (``ensure_binaries``, ``ensure_kwok``)."""
+    plane = ControlPlane(root / "plane", with_scheduler=True, die_with_parent=True, log=progress)
+    fake = FakeNodes(plane.kubeconfig, root / "kwok", die_with_parent=True, log=progress)
     try:
         plane.start()
         fake.start()
         with plane.api_client() as api:
-            for name in GPU_NODES:
-                fake.add_node(api, name, {"cpu": "16", "memory": "64Gi", "pods": "110",
-                                          "nvidia.com/gpu": str(GPUS_PER_NODE)})
-        yield GpuCluster(plane.kubeconfig, plane, fake)
+            for name, capacity in nodes.items():
+                fake.add_node(api, name, dict(capacity))
+        yield plane, fake
     finally:
         fake.stop()
         plane.stop()
+
+
+def build_scheduler_cluster(request) -> None:
+    """The control plane with scheduler and kwok, built once per machine (progress shown)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():   # a cold build takes minutes: show progress
+        ensure_binaries(["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"], log=progress)
+        ensure_kwok(log=progress)
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(request, tmp_path_factory):
+    build_scheduler_cluster(request)
+    nodes = {name: {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(GPUS_PER_NODE)}
+             for name in GPU_NODES}
+    with kwok_plane(tmp_path_factory.mktemp("gpu-cluster"), nodes) as (plane, fake):
+        yield GpuCluster(plane.kubeconfig, plane, fake)
 
 
 @pytest.fixture(scope="module")

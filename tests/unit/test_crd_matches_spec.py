@@ -95,6 +95,7 @@ MODEL: dict[str, Callable[[Any], Any]] = {
     "scheduler.resampleProbability": lambda s: s.scheduler.resample_probability,
     "budget.maxTrials": lambda s: s.budget.max_trials,
     "budget.parallelism": lambda s: s.budget.parallelism,
+    "budget.admissionWindow": lambda s: s.budget.admission_window,
     "trial.resources.cpu": lambda s: s.trial.resources.cpu,
     "trial.resources.gpu": lambda s: s.trial.resources.gpu,
     "trial.resources.bundles": lambda s: s.trial.resources.bundles,

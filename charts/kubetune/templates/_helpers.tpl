@@ -118,4 +118,13 @@ new name.  The operator reads only Secrets named <trial>-token that its Trial ow
   resources: [namespaces]
   verbs: [get]
 {{- end }}
+{{- if .Values.podExecutor.kueue.enabled }}
+{{- /* Kueue (spec.queue, k8s/kueue.py): read-only.  Workloads say whether a gated trial
+     pod has quota and is waiting for an admission check (Provisioning); its LocalQueue
+     how many workloads wait there.  Kueue's own events on a pod (why it was evicted) are
+     read with the events list above. */}}
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads, localqueues]
+  verbs: [get, list, watch]
+{{- end }}
 {{- end }}

@@ -26,6 +26,7 @@ from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
 from kubetune.k8s.errors import WriteRefused
 from kubetune.controller.write_failures import SURFACE_AFTER, WriteFailures, backoff
+from kubetune.core import admission
 from kubetune.core.runner import TrialRunner
 from kubetune.core.search import warm_trials
 from kubetune.core.sanitize import cap_text
@@ -498,7 +499,13 @@ class ExperimentController:
             mode=spec.objective.mode,
             pod_template=spec.trial.template,
             metrics_collector=spec.trial.metrics_collector,
+            queue=spec.queue,
+            priority_class=spec.priority_class,
         )
+        if spec.queue:
+            # Kueue's webhook gates the pod as it is created: Queued from the start (a Trial
+            # written now, or before the first poll, must not say Running)
+            self._note_waiting(decision.name, admission.QUEUED, f"waiting for Kueue admission in queue {spec.queue}")
         now = self._clock()
         if decision.attempt > 0:
             # The new attempt, its start and the history cut back to its checkpoint are on
@@ -519,6 +526,16 @@ class ExperimentController:
         else:
             await self._event_guarded("Normal", "TrialRelaunched",
                                    f"{decision.name} relaunched (attempt {decision.attempt}) from {decision.checkpoint or 'scratch'}")
+
+    def _note_waiting(self, name: str, reason: str, message: str) -> None:
+        """What the platform says a running trial waits for ("" : nothing), shown as Queued;
+        a trial queued again after Kueue evicted it says Preempted."""
+        trial = self.runner.trials.get(name)
+        if trial is None:
+            return
+        since_eviction = trial.evictions > 0 and trial.admitted_attempt != trial.attempt
+        if self._platform_queue.note(name, *admission.shown_waiting(reason, message, trial.evictions, since_eviction)):
+            self._touched.add(name)
 
     async def _persist_trial(self, name: str) -> None:
         """Write a trial's status now, ahead of the side effect that follows (record intent
@@ -673,8 +690,12 @@ class ExperimentController:
                                                trial.checkpoint_iteration if trial.checkpoint else 0,
                                                trial.attempt, trial.last_seq))
                 continue
-            if self._platform_queue.note(name, update.waiting_reason, update.waiting_message):
-                self._touched.add(name)
+            self._note_waiting(name, update.waiting_reason, update.waiting_message)
+            if update.state == "running" and (update.awaiting_admission or update.queue_wait_s is not None):
+                waits = trial.queue_waits
+                await self._apply(self.runner.on_admission(name, update.awaiting_admission, now, update.queue_wait_s))
+                if trial.queue_waits != waits:
+                    self._touched.add(name)
             if update.results:
                 busy = True
                 self._touched.add(name)
@@ -694,7 +715,8 @@ class ExperimentController:
             elif update.state == "missing":
                 busy = True
                 await self._trial_errored(name, update.error or "trial's Ray actor is gone (worker or node died)",
-                                          now, cluster_fault=bool(getattr(update, "cluster_fault", False)))
+                                          now, cluster_fault=bool(getattr(update, "cluster_fault", False)),
+                                          evicted=getattr(update, "evicted", ""))
             if busy:
                 self._touched.add(name)
         return busy
@@ -740,13 +762,18 @@ class ExperimentController:
         if self.results is not None:
             await asyncio.to_thread(self.results.settle, RESULTS_SETTLE_SECONDS)
 
-    async def _trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> None:
+    async def _trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False,
+                             evicted: str = "") -> None:
         """A failed attempt: its whole error to the results store, then to the runner."""
         trial = self.runner.trials.get(name)
         if self.results is not None and trial is not None and trial.phase is TrialPhase.RUNNING:
-            self.results.failure(name, trial.attempt, "ClusterFault" if cluster_fault else "Error", error, now)
+            self.results.failure(name, trial.attempt, evicted or ("ClusterFault" if cluster_fault else "Error"),
+                                 error, now)
             await self._settle_results()
-        await self._apply(self.runner.on_trial_errored(name, error, now, cluster_fault=cluster_fault))
+        if evicted:
+            await self._event_guarded("Normal", "TrialEvicted", f"{name}: {error}")
+        await self._apply(self.runner.on_trial_errored(name, error, now, cluster_fault=cluster_fault,
+                                                       evicted=evicted))
 
     # ------------------------------------------------------------------ status
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
 from kubetune.controller.outcomes_status import capped_param, objective_values, outcome_fields, read_objective_values
+from kubetune.core.runner import NOT_COUNTED
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, decode_number, fit, json_safe, json_size
 from kubetune.core.trial import KEPT_LINEAGE
 from kubetune.core.types import ExperimentSummary, TrialPhase, TrialRecord
@@ -108,7 +109,7 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["checkpoint"] = trial.checkpoint
         status["checkpointIteration"] = trial.checkpoint_iteration
     if trial.failure_log:
-        status["failureCount"] = sum(1 for f in trial.failure_log if f.get("reason") != "ClusterFault")
+        status["failureCount"] = sum(1 for f in trial.failure_log if f.get("reason") not in NOT_COUNTED)
         status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
                                "time": rfc3339(f["time"])} for f in trial.failure_log[-KEPT_FAILURES:]]
     if trial.latest:
@@ -125,6 +126,11 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["attemptStartTime"] = rfc3339(trial.attempt_start)
     if trial.completion_time is not None:
         status["completionTime"] = rfc3339(trial.completion_time)
+    if trial.queue_waits:
+        status["queueWaitSeconds"] = round(trial.queue_wait_s, 3)
+        status["admissions"] = trial.queue_waits
+    if trial.evictions:
+        status["evictions"] = trial.evictions
     return fit(json_safe(status), MAX_TRIAL_STATUS_BYTES)
 
 
@@ -146,7 +152,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         if key in status:
             status[key] = _decoded(status[key])
     failures = status.get("failures") or ()
-    counted = sum(1 for f in failures if f.get("reason") != "ClusterFault")
+    counted = sum(1 for f in failures if f.get("reason") not in NOT_COUNTED)
     last_value = status.get("lastObjective")
     phase = TrialPhase(status.get("phase", "Pending"))
     if phase is TrialPhase.QUEUED and status.get("launched"):
@@ -181,6 +187,9 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         best_value=status.get("bestMetric"),
         best_iteration=status.get("bestIteration"),
         decision_state=status.get("decisionState"),
+        queue_wait_s=float(status.get("queueWaitSeconds") or 0.0),
+        queue_waits=int(status.get("admissions") or 0),
+        evictions=int(status.get("evictions") or 0),
     )
 
 
@@ -263,6 +272,8 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     if finished is not None:
         status["completionTime"] = previous.get("completionTime") or rfc3339(now)
     status.update(outcome_fields(summary.outcomes))
+    if summary.kueue:
+        status["kueue"] = dict(summary.kueue)
     # Conditions are what kubectl wait, Argo CD and a restarted operator read the outcome
     # from: they are never what fit() cuts (each message is already capped at 1 KiB);
     # the rest is shrunk into what they leave.

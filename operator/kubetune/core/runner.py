@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, FailureTally, wrong_type
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision, make_scheduler
-from kubetune.core import pareto
+from kubetune.core import admission, pareto
 from kubetune.core.curve import add_point, cut_back
 from kubetune.core.search import Evaluated, Searcher, WarmTrial, latest_values, objective_value, record_latest
 from kubetune.core.trial import KEPT_LINEAGE, TrialInfo
@@ -75,6 +75,13 @@ class TrialRunner:
         self._bundles = trial_bundles(spec.trial.resources)
         self.finished: FinishExperiment | None = None
         self._front = pareto.FrontCache()
+        # launched trials Kueue has not admitted yet (spec.queue): RUNNING to the runner, so
+        # that the in-flight count stays within parallelism as Queued Ray trials do, but at
+        # most spec.budget.admissionWindow of them at once (see _admission_room)
+        self._awaiting_admission: set[str] = set()
+        # after a restart: running trials whose admission is not known yet (counted in the
+        # window until the first poll says; an admission seen then was counted before)
+        self._admission_unknown: set[str] = set()
         self.spec_rejection = ""   # why the last spec change was (partly) refused; "" if not
 
     # ------------------------------------------------------------------ views
@@ -111,7 +118,21 @@ class TrialRunner:
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
             queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
-            outcomes=self._front.get(self))
+            outcomes=self._front.get(self), kueue=self._kueue_summary())
+
+    def _kueue_summary(self) -> dict[str, Any] | None:
+        """Admissions, queue wait and evictions over every trial (a fixed-size summary)."""
+        trials = self._trials.values()
+        admissions = sum(t.queue_waits for t in trials)
+        evictions = sum(t.evictions for t in trials)
+        if not (self.spec.queue or admissions or evictions or self._awaiting_admission):
+            return None
+        total = sum(t.queue_wait_s for t in trials)
+        longest = max((t.queue_wait_s for t in trials), default=0.0)   # one trial's, all its attempts
+        return {"admissions": admissions, "waitingForAdmission": len(self._awaiting_admission),
+                "evictions": evictions,
+                "queueWaitSeconds": {"total": round(total, 3), "mean": round(total / admissions, 3) if admissions else 0.0,
+                                     "max": round(longest, 3)}}
 
     def decision_state(self, name: str) -> dict[str, Any]:
         """What the study and the scheduler keep about a trial, bounded: persisted on the
@@ -127,6 +148,9 @@ class TrialRunner:
     # ------------------------------------------------------------------ phases
 
     def _set_phase(self, trial: TrialInfo, phase: TrialPhase) -> None:
+        if phase is not RUNNING:
+            self._awaiting_admission.discard(trial.name)
+            self._admission_unknown.discard(trial.name)
         self._counts[trial.phase] -= 1
         self._counts[phase] += 1
         trial.phase = phase
@@ -250,7 +274,8 @@ class TrialRunner:
     def _launch_runnable(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
         candidates = [t for t in self._active.values() if t.launchable]
-        while candidates and self._counts[RUNNING] < self.spec.budget.parallelism and not self.finished:
+        while candidates and self._counts[RUNNING] < self.spec.budget.parallelism and self._admission_room() \
+                and not self.finished:
             trial = self.scheduler.choose_trial_to_run(candidates)
             if trial is None:
                 break
@@ -290,8 +315,45 @@ class TrialRunner:
             trial.last_metrics = trial.history[-1] if trial.history else None
         self._set_phase(trial, RUNNING)
         trial.reason = trial.message = ""
+        if self.spec.queue:     # its pod waits for Kueue until the executor says it was admitted
+            self._awaiting_admission.add(trial.name)
         return [LaunchTrial(trial.name, dict(trial.params), trial.checkpoint, start_iteration,
                             trial.attempt, trial.last_seq)]
+
+    # ------------------------------------------------------------------ Kueue admission
+
+    def _admission_room(self) -> bool:
+        """Another trial may be handed to Kueue: fewer than ``admissionWindow`` wait for
+        admission.  Without the window a 1,000-trial Experiment with parallelism 1,000 would
+        put 1,000 workloads in the ClusterQueue, which admits about one per cycle."""
+        return len(self._awaiting_admission) < self.spec.budget.admission_window
+
+    def awaiting_admission(self) -> list[str]:
+        return sorted(self._awaiting_admission)
+
+    def on_admission(self, name: str, waiting: bool, now: float, queue_wait_s: float | None = None) -> list[Decision]:
+        """What the executor says of a running trial's pod: ``waiting`` for Kueue admission
+        (Queued or Provisioning; not running, not a failure), or admitted after
+        ``queue_wait_s`` seconds in the queue.  An admission frees a place in the window."""
+        trial = self._trials.get(name)
+        if trial is None or trial.phase is not RUNNING:
+            return []
+        if waiting:
+            self._awaiting_admission.add(name)
+            self._admission_unknown.discard(name)
+            return []
+        if name not in self._awaiting_admission:
+            return []
+        self._awaiting_admission.discard(name)
+        if name in self._admission_unknown:      # admitted before the restart: counted then
+            self._admission_unknown.discard(name)
+            return [] if self.finished or self.spec.suspend else self._launch_runnable(now)
+        trial.admitted_attempt = trial.attempt
+        if queue_wait_s is not None:
+            trial.queue_wait_s += queue_wait_s
+            trial.queue_waits += 1
+        trial.attempt_start = now      # spec.trial.timeout counts the run, not the wait in the queue
+        return [] if self.finished or self.spec.suspend else self._launch_runnable(now)
 
     def _check_run_timeouts(self, now: float) -> list[Decision]:
         """``spec.trial.timeout``: a run (a launch: first run, retry, resumption) that lasts
@@ -303,7 +365,7 @@ class TrialRunner:
         if timeout is None:
             return []
         decisions: list[Decision] = []
-        for trial in [t for t in self._active.values() if t.phase is RUNNING]:
+        for trial in [t for t in self._active.values() if t.phase is RUNNING and t.name not in self._awaiting_admission]:
             if trial.attempt_start is None:      # restored from a Trial that did not record it
                 trial.attempt_start = now
             if now - trial.attempt_start >= timeout:
@@ -512,15 +574,21 @@ class TrialRunner:
                 trial.checkpoint, trial.checkpoint_iteration = result.checkpoint, result.iteration
             self._record_objective(trial, result.metrics, result.iteration)
 
-    def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False) -> list[Decision]:
+    def on_trial_errored(self, name: str, error: str, now: float, *, cluster_fault: bool = False,
+                         evicted: str = "") -> list[Decision]:
         """The trial raised (or its actor died). Retry from the latest checkpoint while
         failures <= maxFailures; a ``cluster_fault`` (node lost, preemption) is retried
-        without counting against maxFailures."""
+        without counting against maxFailures.  ``evicted`` (Preempted, Evicted): Kueue took
+        the trial's quota back; a pause, not a failure: it resumes from its checkpoint
+        when admitted again, and an ASHA rung it was in stays open."""
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
             return []
         self._release(trial)
-        trial.failure_log.append({"attempt": trial.attempt, "reason": "ClusterFault" if cluster_fault else "Error",
+        if evicted:
+            cluster_fault = True
+            trial.evictions += 1
+        trial.failure_log.append({"attempt": trial.attempt, "reason": evicted or ("ClusterFault" if cluster_fault else "Error"),
                                   "message": error, "time": now})
         if cluster_fault:
             _forget_old_cluster_faults(trial.failure_log)
@@ -529,15 +597,18 @@ class TrialRunner:
         if not cluster_fault and trial.failures > self.spec.trial.max_failures:
             return self._end(trial, FAILED, "Error", error, now) + self._check_finished(now)
         where = f"checkpoint at iteration {trial.checkpoint_iteration}" if trial.checkpoint else "the start"
-        message = f"attempt {trial.attempt} failed: {error}; retrying from {where}"
+        if evicted:
+            message = f"attempt {trial.attempt}: {error}; resumes from {where} when admitted again"
+        else:
+            message = f"attempt {trial.attempt} failed: {error}; retrying from {where}"
         self._set_phase(trial, PENDING)
-        trial.reason, trial.message = "Retrying", message
+        trial.reason, trial.message = evicted or "Retrying", message
         # A cluster fault waits for the next step: the cluster that just failed the trial
         # (or its launch) may still be down, and relaunching at once from here would
         # recurse launch -> error -> launch for as long as it is.
         if not cluster_fault and not self.spec.suspend and self._counts[RUNNING] < self.spec.budget.parallelism:
             return self._try_launch(trial, now)
-        return [TrialPhaseChanged(name, PENDING, "Retrying", message)]
+        return [TrialPhaseChanged(name, PENDING, trial.reason, message)]
 
     def request_stop(self, name: str, now: float | None = None) -> list[Decision]:
         """Stop one trial at once (pending, queued, paused or running). Deliver a running
@@ -656,6 +727,9 @@ class TrialRunner:
                 self._failures.ended_otherwise()
             if trial.phase is RUNNING and self.ledger is not None:
                 self.ledger.adopt(self.owner(trial.name), self._bundles)
+            if trial.phase is RUNNING and self.spec.queue:
+                self._awaiting_admission.add(trial.name)
+                self._admission_unknown.add(trial.name)
         self._created = records[-1].index + 1 if records else 0
         if self._created > self.max_trials:
             self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self._created} "
@@ -687,7 +761,8 @@ class TrialRunner:
             attempt=record.attempt, failures=record.failures, parent=record.parent,
             failure_log=[dict(entry) for entry in record.failure_log],
             lineage=[dict(entry) for entry in record.lineage],
-            attempt_start=record.attempt_start,
+            attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
+            evictions=record.evictions,
             last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
         trial.launched = record.phase not in (PENDING, QUEUED) or record.attempt > 0 or bool(history)
         trial.relaunch = record.phase is PAUSED and not self.spec.suspend
@@ -713,9 +788,12 @@ class TrialRunner:
 # the Trial keeps only the latest of them; every counted failure stays (maxFailures bounds
 # them), since a restarted operator counts them again from the Trial.
 KEPT_CLUSTER_FAULTS = 10
+# failure_log reasons that do not count against maxFailures (a restarted operator reads
+# the Trial's list): the cluster's doing, and Kueue's evictions
+NOT_COUNTED = frozenset({"ClusterFault", admission.PREEMPTED, admission.EVICTED})
 
 
 def _forget_old_cluster_faults(failure_log: list[dict[str, Any]]) -> None:
-    faults = [i for i, entry in enumerate(failure_log) if entry["reason"] == "ClusterFault"]
+    faults = [i for i, entry in enumerate(failure_log) if entry["reason"] in NOT_COUNTED]
     for index in reversed(faults[:-KEPT_CLUSTER_FAULTS]):
         del failure_log[index]

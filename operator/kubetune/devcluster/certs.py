@@ -128,3 +128,25 @@ def generate(directory: Path, *, days: int = 365, addresses: tuple[str, ...] = (
     pki.sa_pub.write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return pki
+
+
+def webhook_serving(directory: Path, *, days: int = 365) -> bytes:
+    """A CA of its own and a serving certificate for 127.0.0.1, as ``tls.crt``/``tls.key``
+    in ``directory`` (controller-runtime's webhook server reads these names); returns the
+    CA certificate (PEM) the apiserver is given as the webhooks' ``caBundle``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _key()
+    ca_name = _name("kubetune-webhook-ca")
+    ca_cert = (_builder(ca_name, ca_name, ca_key.public_key(), days)
+               .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+               .sign(ca_key, hashes.SHA256()))
+    key = _key()
+    cert = (_builder(_name("kueue-webhook"), ca_name, key.public_key(), days)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    _write_key(directory / "tls.key", key)
+    _write_cert(directory / "tls.crt", cert)
+    return ca_cert.public_bytes(serialization.Encoding.PEM)

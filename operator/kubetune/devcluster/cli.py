@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", action="store_true",
                         help="also run a real node (containerd, kubelet, kube-proxy, cluster DNS; Linux, root): "
                              "pods run as containers; implies --with-scheduler")
+    parser.add_argument("--kueue", action="store_true",
+                        help="also run Kueue's manager (built from its Go module) with its webhooks, for "
+                             "Experiments with spec.queue; implies --with-scheduler")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness (up)")
 
 
@@ -37,7 +40,11 @@ def _log(message: str) -> None:
 
 def _stop(plane) -> None:
     """Stop the plane, and first its node if it has one (pods before the kubelet, ...)."""
+    from kubetune.devcluster.kueue import KueueManager
     from kubetune.devcluster.node.node import Node
+    manager = KueueManager.attach(plane.state_dir / "kueue", log=_log)
+    if manager is not None:
+        manager.stop()
     node = Node.attach(plane, log=_log)
     if node is not None:
         node.stop()
@@ -50,9 +57,11 @@ def main(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         from kubetune.devcluster.build import ALL_BINARIES, ensure_binaries
+        from kubetune.devcluster.kueue_build import ensure_kueue
         try:
             for name, path in ensure_binaries(ALL_BINARIES, log=_log).items():
                 print(f"{name}: {path}")
+            print(f"kueue: {ensure_kueue(log=_log)}")
         except BuildError as exc:
             _log(f"devcluster: {exc}")
             return 1
@@ -74,8 +83,13 @@ def main(args: argparse.Namespace) -> int:
                 from kubetune.devcluster.node.node import start_cluster
                 start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
             else:
-                ControlPlane(state_dir, with_scheduler=args.with_scheduler, log=_log).start(timeout=args.timeout)
-        except (ControlPlaneError, BuildError, RuntimeError) as exc:
+                plane = ControlPlane(state_dir, with_scheduler=args.with_scheduler or args.kueue, log=_log)
+                plane.start(timeout=args.timeout)
+            if args.kueue:
+                from kubetune.devcluster.kueue import KueueManager
+                KueueManager(state_dir / "kubeconfig", state_dir / "kueue", die_with_parent=False,
+                             log=_log).start(timeout=args.timeout)
+        except (ControlPlaneError, BuildError, RuntimeError, TimeoutError) as exc:
             _log(f"devcluster: start failed: {exc}")
             return 1
         where = f" --state-dir {shlex.quote(str(state_dir))}" if args.state_dir else ""

@@ -103,6 +103,8 @@ class LaunchRequest:
     mode: str = "min"
     pod_template: Mapping[str, Any] | None = None   # spec.trial.template (executor: pod)
     metrics_collector: str = "push"      # executor pod: push (HTTP) or stdout (the pod's log)
+    queue: str | None = None             # executor pod: the Kueue LocalQueue (spec.queue)
+    priority_class: str | None = None    # executor pod: the Kueue WorkloadPriorityClass
 
     def as_dict(self) -> dict[str, Any]:
         return {"trial_key": self.trial_key, "entrypoint": self.entrypoint,
@@ -135,6 +137,12 @@ class TrialUpdate:
     # it yet, e.g. a pod the kube-scheduler cannot place: shown as Queued with this reason
     waiting_reason: str = ""
     waiting_message: str = ""
+    # Kueue (core/admission.py): ``awaiting_admission`` while its pod waits for admission
+    # (waiting_reason says Queued or Provisioning); ``queue_wait_s`` once admitted;
+    # ``evicted`` (Preempted, Evicted) with MISSING when Kueue took the pod away
+    awaiting_admission: bool = False
+    queue_wait_s: float | None = None
+    evicted: str = ""
 
 
 class NodeResources(NamedTuple):

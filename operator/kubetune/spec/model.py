@@ -162,6 +162,10 @@ class Budget:
     parallelism: int = 1
     max_failed_trials: int | None = None
     max_duration_s: float | None = None
+    # with Kueue (spec.queue): at most this many trials wait for admission at once, so a
+    # 1,000-trial Experiment does not flood the ClusterQueue (Kueue admits about one
+    # workload per ClusterQueue per scheduling cycle)
+    admission_window: int = 4
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,9 @@ class TrialTemplate:
     template: Mapping[str, Any] | None = None   # executor pod: the PodTemplateSpec of one trial
     metrics_collector: str = "push"            # executor pod: push (HTTP) or stdout (log lines)
 
+
+# a Kueue LocalQueue or WorkloadPriorityClass name, given to Kueue as a label value
+KUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 # ``${params.<name>}`` in a pod template's command/args: replaced by the parameter's value
 PARAM_REFERENCE = re.compile(r"\$\{params\.([^}]*)\}")
@@ -230,6 +237,8 @@ class ExperimentSpec:
     executor: str = "ray"
     priority: int = 0
     suspend: bool = False
+    queue: str | None = None             # executor pod: the Kueue LocalQueue its trials wait in
+    priority_class: str | None = None    # executor pod: a Kueue WorkloadPriorityClass
     # spec.objectives (several objectives) or (objective,) for the single form
     objectives: tuple[Objective, ...] = ()
     # one per objective, in the objectives' own directions; None: no hypervolume

@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
+    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, KUEUE_NAME, METRICS_COLLECTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
     PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
     TrialResources, TrialTemplate, param_env_name,
 )
@@ -302,12 +302,13 @@ def _scheduler(raw: Any) -> SchedulerSpec:
 def _budget(raw: Any) -> Budget:
     path = "spec.budget"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration"))
+    _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration", "admissionWindow"))
     return Budget(
         max_trials=_int(obj, "maxTrials", path, 10, 1),
         parallelism=_int(obj, "parallelism", path, 1, 1),
         max_failed_trials=_int(obj, "maxFailedTrials", path, None, 0),
         max_duration_s=_duration(obj, "maxDuration", path),
+        admission_window=_int(obj, "admissionWindow", path, 4, 1),
     )
 
 
@@ -439,7 +440,7 @@ def _ray(raw: Any) -> RaySpec:
 
 
 TOP_LEVEL = ("objective", "objectives", "constraints", "warmStart", "searchSpace", "search", "scheduler",
-             "budget", "trial", "checkpoint", "ray", "executor", "priority", "suspend")
+             "budget", "trial", "checkpoint", "ray", "executor", "priority", "suspend", "queue", "priorityClass")
 
 
 def parse_experiment(spec: Any) -> ExperimentSpec:
@@ -460,4 +461,18 @@ def parse_experiment(spec: Any) -> ExperimentSpec:
         trial=_trial(root.get("trial"), executor, space), checkpoint=_checkpoint(root.get("checkpoint")),
         ray=_ray(root.get("ray")), executor=executor,
         priority=_int(root, "priority", "spec", 0, -2**31, 2**31 - 1), suspend=_bool(root, "suspend", "spec", False),
+        queue=_kueue_name(root, "queue", executor), priority_class=_kueue_name(root, "priorityClass", executor),
     )
+
+
+def _kueue_name(root: Mapping[str, Any], key: str, executor: str) -> str | None:
+    """spec.queue / spec.priorityClass: Kueue names, which reach Kueue as label values."""
+    value = _string(root, key, "spec")
+    if value is None:
+        return None
+    if executor != "pod":
+        raise SpecError(f"spec.{key}", "Kueue admits pod trials only; set spec.executor: pod")
+    if not KUEUE_NAME.match(value):
+        raise SpecError(f"spec.{key}", f"must be a lowercase name of at most 63 characters "
+                                       f"(a-z, 0-9, '-', '.'; got {value!r})")
+    return value

@@ -29,6 +29,23 @@ over with the state read from the pod:
   evicted, preempted or lost with its node: missing, a cluster fault (retried
   without counting against ``maxFailures``); gone altogether: missing.
 
+With Kueue (``spec.queue``; core/admission.py) a trial's pod carries the LocalQueue and
+WorkloadPriorityClass labels of Kueue's Pod integration, and its state says:
+
+- gated by Kueue: running for the runner, ``awaiting_admission`` with the reason
+  (WaitingForAdmission, or Provisioning while an admission check is pending);
+- admitted: running, with the time it waited (``queue_wait_s``);
+- evicted (Kueue marks the pod ``TerminationTarget`` and deletes it, and records why in
+  an event that outlives it): missing with ``evicted`` (Preempted, Evicted), which the
+  runner takes as a pause: the next attempt starts from the latest checkpoint and waits
+  for admission again.
+
+Why Kueue's Pod integration and not one batch Job per trial: on preemption Kueue
+suspends a Job and later recreates its pod from the Job's unchanged template, i.e. from
+the checkpoint the trial started with, with the attempt and result numbers of the first
+run; kubetune makes every attempt a new pod with the latest checkpoint and the next
+sequence number, so a deleted pod is exactly the pause it needs.
+
 Pods are read with one list call per experiment, at most every ``list_interval_s``.
 """
 from __future__ import annotations
@@ -41,12 +58,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubetune.core import admission
 from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
                                      NodeResources, TrialState, TrialUpdate)
 from kubetune.executors.pods.ingest import ResultInbox
 from kubetune.executors.pods.logs import PodLogFollower, collects_stdout
 from kubetune.k8s.errors import ApiError
+from kubetune.k8s.kueue import KueueApi
 from kubetune.k8s.pods import PodApi
 from kubetune.spec import pod_policy
 
@@ -60,6 +79,8 @@ class _Listing:
     at: float = float("-inf")            # monotonic time the list call was sent
     pods: dict[str, dict] = field(default_factory=dict)   # pod name -> pod
     autoscaler: dict[str, str] = field(default_factory=dict)   # pod name -> latest autoscaler event
+    workloads: dict[str, dict] = field(default_factory=dict)   # pod UID -> its Kueue Workload (gated pods only)
+    local_queues: dict[str, dict] = field(default_factory=dict)   # LocalQueue name -> it (gated pods' only)
 
 
 class PodExecutor:
@@ -73,9 +94,11 @@ class PodExecutor:
         self.ingest_url = ingest_url.rstrip("/")
         self.list_interval_s = list_interval_s
         self.api = PodApi(api_client)
+        self.kueue = KueueApi(api_client)
         self._lock = threading.RLock()
         self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
+        self._queues: dict[str, str | None] = {}     # trial key -> the Kueue LocalQueue it was started in
         self._listings: dict[tuple[str, str], _Listing] = {}
         self.allow = frozenset(allow)                # pod_policy allowances the operator grants
         self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
@@ -125,12 +148,14 @@ class PodExecutor:
                 {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
         pod = pod_spec.render_pod(template, namespace=namespace, experiment=experiment, trial=trial,
                                   trial_uid=uid, attempt=req.attempt, params=req.config, env=env,
-                                  resources=req.resources, metrics_collector=req.metrics_collector)
+                                  resources=req.resources, metrics_collector=req.metrics_collector,
+                                  queue=req.queue, priority_class=req.priority_class)
         self._end_other_attempts(namespace, experiment, trial, req.attempt)
         with self._lock:
             self.inbox.open(req.trial_key, token, req.attempt, req.start_seq)
             self._attempts[req.trial_key] = req.attempt
             self._started_at[req.trial_key] = time.monotonic()
+            self._queues[req.trial_key] = req.queue
         name = pod["metadata"]["name"]
         try:
             created = self.api.create_pod(namespace, pod)
@@ -243,14 +268,38 @@ class PodExecutor:
         if pod is None:
             with self._lock:
                 started = self._started_at.get(key)
+                queue = self._queues.get(key)
             if started is not None and started >= listed_at:   # created after the last listing
+                if queue:        # Kueue's webhook gated it as it was created
+                    return TrialUpdate(key, TrialState.RUNNING, waiting_reason=admission.QUEUED, awaiting_admission=True,
+                                       waiting_message=f"waiting for Kueue admission in queue {queue}", **common)
                 return TrialUpdate(key, TrialState.RUNNING, **common)
+            name = pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)
+            stopped = self._kueue_stop_message(key, name)
+            if stopped is not None:     # Kueue evicted it and its pod is gone already
+                evicted = admission.eviction(stopped)
+                return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=evicted.evicted,
+                                   error=f"{evicted.evicted} by Kueue: {evicted.message}", **common)
             return TrialUpdate(key, TrialState.MISSING, cluster_fault=True,
                                error=f"the trial's pod {pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Succeeded":
             return TrialUpdate(key, TrialState.COMPLETED, **common)
+        if admission.managed(pod) and phase != "Failed":
+            namespace, experiment, _ = pod_spec.split_key(key)
+            with self._lock:
+                listing = self._listings[(namespace, experiment)]
+                workload = listing.workloads.get(pod["metadata"].get("uid"))
+                local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL))
+            state = admission.admission(pod, workload, local_queue)
+            if state.evicted:
+                return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=state.evicted,
+                                   error=f"{state.evicted} by Kueue: {state.message}", **common)
+            if state.waiting:
+                return TrialUpdate(key, TrialState.RUNNING, waiting_reason=state.waiting,
+                                   waiting_message=state.message, awaiting_admission=True, **common)
+            common["queue_wait_s"] = state.queue_wait_s
         if phase == "Failed":
             error, cluster_fault = pod_spec.failure(pod)
             tail = self.logs(key, LOG_TAIL_LINES)
@@ -291,9 +340,41 @@ class PodExecutor:
         except Exception as error:  # noqa: BLE001 - keep the last listing; results still flow
             log.warning("listing the pods of %s/%s failed: %s", namespace, experiment, error)
             return listing.pods
+        workloads, local_queues = self._kueue_objects(namespace, pods)
         with self._lock:
             listing.at, listing.pods, listing.autoscaler = sent, pods, autoscaler
+            listing.workloads, listing.local_queues = workloads, local_queues
         return pods
+
+    def _kueue_objects(self, namespace: str, pods: Mapping[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+        """For the pods Kueue gates: their Workloads (quota reserved, a check pending:
+        Provisioning) and LocalQueues (how many wait there).  Read only while some pod is
+        gated; unreadable (no RBAC for Kueue's kinds): the pods still say Queued."""
+        gated = [pod for pod in pods.values() if admission.gated(pod)]
+        if not gated:
+            return {}, {}
+        uids = {pod["metadata"].get("uid") for pod in gated}
+        queues = {(pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL) for pod in gated} - {None}
+        try:
+            workloads = {admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
+                         if admission.workload_owner(w) in uids}
+            local_queues = {name: found for name in queues
+                            if (found := self.kueue.local_queue(namespace, name)) is not None}
+        except Exception as error:  # noqa: BLE001 - see above
+            log.warning("reading Kueue's Workloads and LocalQueues in %s failed: %s", namespace, error)
+            return {}, {}
+        return workloads, local_queues
+
+    def _kueue_stop_message(self, key: str, pod_name: str) -> str | None:
+        """Why Kueue stopped ``pod_name``, from its event; None if Kueue did not.  Read when a
+        trial's pod vanished (one call, rarely), whether or not this process started it."""
+        namespace = pod_spec.split_key(key)[0]
+        try:
+            events = self.api.list_events(namespace, f"involvedObject.kind=Pod,involvedObject.name={pod_name}")
+            return admission.stop_message(events, pod_name)
+        except Exception as error:  # noqa: BLE001 - unreadable: taken as gone, still a cluster fault
+            log.warning("reading the events of pod %s/%s failed: %s", namespace, pod_name, error)
+            return None
 
     def _autoscaler_events(self, namespace: str, pods: set[str]) -> dict[str, str]:
         """The cluster autoscaler's latest word on each pending pod (TriggeredScaleUp,
@@ -325,6 +406,7 @@ class PodExecutor:
             with self._lock:
                 attempt = self._attempts.pop(trial_key, None)
                 self._started_at.pop(trial_key, None)
+                self._queues.pop(trial_key, None)
             if attempt is None:
                 attempts = [_attempt_of(p) for p in self._list(*pod_spec.split_key(trial_key)[:2]).values()
                             if _trial_of(p) == trial]
@@ -380,6 +462,7 @@ class PodExecutor:
                 for key in [k for k in self._attempts if k.startswith(prefix)]:
                     self._attempts.pop(key, None)
                     self._started_at.pop(key, None)
+                    self._queues.pop(key, None)
                 self._listings.pop((namespace, experiment), None)
             return len(pods)
         except Exception:  # noqa: BLE001

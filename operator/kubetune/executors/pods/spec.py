@@ -24,6 +24,7 @@ import math
 import re
 from typing import Any, Mapping
 
+from kubetune.core import admission
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
 from kubetune.spec.pod_policy import restricted_defaults
 
@@ -148,7 +149,8 @@ def container_resources(resources: Any) -> dict[str, dict[str, str]]:
 
 def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, trial: str,
                trial_uid: str, attempt: int, params: Mapping[str, Any], env: Mapping[str, str],
-               resources: Any = None, metrics_collector: str = "push") -> dict[str, Any]:
+               resources: Any = None, metrics_collector: str = "push", queue: str | None = None,
+               priority_class: str | None = None) -> dict[str, Any]:
     """The Pod of one attempt of one trial.
 
     ``env`` holds kubetune's own variables (ingest URL, attempt, ...); the token comes
@@ -195,6 +197,12 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
         if shaped:
             main["resources"] = shaped
     pod_labels = {**(meta.get("labels") or {}), **labels(experiment, trial), LABEL_ATTEMPT: str(attempt)}
+    # Kueue's Pod integration: its webhook gates a pod that names a LocalQueue until the
+    # workload is admitted (core/admission.py)
+    if queue:
+        pod_labels[admission.QUEUE_LABEL] = queue
+    if priority_class:
+        pod_labels[admission.PRIORITY_CLASS_LABEL] = priority_class
     annotations = {**(meta.get("annotations") or {}), ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"}
     if metrics_collector != "push":   # recorded on the pod: an operator restarted later reads it the same way
         annotations[ANNOTATION_METRICS_COLLECTOR] = metrics_collector

@@ -1,0 +1,171 @@
+"""Pod trials admitted by a real Kueue (built from its Go module, its webhooks on):
+examples/kueue as a user applies it, two teams sharing one ClusterQueue of 2 CPUs.
+
+The test plays each trial's container as tests/integration/test_pods.py does: it reads
+what the pod would see, posts results with kubetune's trial-side session and ends the
+pod through kwok.  Kueue gates each trial pod until it admits its Workload; the
+kube-scheduler then binds it and kwok makes it Running."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from k8s_helpers import GROUP, VERSION, create, wait_condition
+from kube_fixtures import Kubectl, temporary_namespace, wait_for
+from kubetune.core.admission import ADMISSION_GATE
+from kubetune.devcluster.build import kubectl as kubectl_binary
+from kubetune.devcluster.processes import free_port
+from kubetune.k8s.kueue import KueueApi
+from operator_fixtures import OperatorProcess
+from test_pods import Container
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kueue"
+
+
+def example(name: str, **budget) -> dict:
+    body = copy.deepcopy(yaml.safe_load((EXAMPLES / name).read_text()))
+    body["spec"]["budget"].update(budget)
+    return body
+
+
+@pytest.fixture(scope="module")
+def teams(kueue_cluster):
+    with temporary_namespace(kueue_cluster, "team-a-") as team_a, temporary_namespace(kueue_cluster, "team-b-") as team_b:
+        yield team_a, team_b
+
+
+@pytest.fixture(scope="module")
+def queues(kueue_cluster, teams):
+    """examples/kueue applied as the README says, with the project's own kubectl."""
+    kubectl = Kubectl(kubectl_binary(log=lambda message: None), kueue_cluster.kubeconfig)
+    kubectl("apply", "-f", str(EXAMPLES / "queues.yaml"))
+    for team in teams:
+        kubectl("apply", "-n", team, "-f", str(EXAMPLES / "local-queue.yaml"))
+    return kubectl
+
+
+@pytest.fixture(scope="module")
+def kueue_operator(kueue_cluster, teams, queues, tmp_path_factory):
+    process = OperatorProcess(kueue_cluster.kubeconfig, "local", tmp_path_factory.mktemp("kueue-operator"), teams[0],
+                              extra_args=("--namespace", teams[1], "--pod-executor",
+                                          "--ingest-port", str(free_port()))).start()
+    yield process
+    process.stop_and_report()
+
+
+@pytest.fixture(scope="module")
+def api(kueue_cluster):
+    with kueue_cluster.api_client() as api_client:
+        yield client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+
+
+def pods(core, namespace: str, experiment: str) -> list:
+    return core.list_namespaced_pod(namespace, label_selector=f"kubetune.dev/experiment={experiment}").items
+
+
+def gated(pod) -> bool:
+    return any(gate.name == ADMISSION_GATE for gate in pod.spec.scheduling_gates or [])
+
+
+def running(core, namespace: str, experiment: str, count: int) -> list:
+    found = [p for p in pods(core, namespace, experiment)
+             if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    return found if len(found) == count else []
+
+
+def trial(custom, namespace: str, name: str) -> dict:
+    return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trials", name)
+
+
+def test_a_higher_priority_team_preempts_and_the_preempted_trial_resumes_from_its_checkpoint(
+        kueue_operator, api, teams, tmp_path):
+    core, custom = api
+    team_a, team_b = teams
+    create(custom, team_a, example("team-a.yaml", maxTrials=2))
+    first = wait_for(lambda: running(core, team_a, "team-a-sweep", 2), timeout=90, interval=0.2,
+                     message="both of team A's trials admitted (2 CPUs of quota) and Running")
+    played = {}
+    for pod in first:
+        container = Container(core, pod, tmp_path)
+        saved = tmp_path / f"{container.trial}-step1"
+        saved.mkdir()
+        (saved / "model.txt").write_text(f"{container.trial} at step 1")
+        container.session.report({"loss": 0.9}, checkpoint=str(saved))
+        played[container.trial] = container
+
+    create(custom, team_b, example("team-b.yaml"))
+    urgent = wait_for(lambda: running(core, team_b, "team-b-urgent", 1), timeout=90, interval=0.2,
+                      message="team B's high-priority trial admitted by preempting one of team A's")
+    preempted = wait_for(lambda: next((name for name in played if trial(custom, team_a, name)["status"].get(
+        "evictions") == 1), None), timeout=30, interval=0.2, message="a team A trial recorded as evicted")
+    status = trial(custom, team_a, preempted)["status"]
+    assert status["phase"] in ("Pending", "Queued") and status["reason"] == "Preempted", status
+    assert "resumes from" in status["message"]
+    assert status.get("failureCount", 0) == 0     # a pause, not a failure against maxFailures
+    survivor = next(name for name in played if name != preempted)
+    assert trial(custom, team_a, survivor)["status"]["phase"] == "Running"
+
+    b = Container(core, urgent[0], tmp_path)
+    b.session.report({"loss": 0.5})
+    b.exit(0)
+    wait_condition(custom, team_b, "team-b-urgent", "Succeeded", timeout=60, operator=kueue_operator)
+
+    resumed = wait_for(lambda: next((p for p in running(core, team_a, "team-a-sweep", 2)
+                                     if p.metadata.name == f"{preempted}-a1"), None),
+                       timeout=90, interval=0.2, message="the preempted trial admitted again as attempt 1")
+    again = Container(core, resumed, tmp_path)
+    assert again.env["KUBETUNE_START_ITERATION"] == "1" and again.env["KUBETUNE_FIRST_SEQ"] == "1"
+    assert (Path(again.session.get_checkpoint()) / "model.txt").read_text() == f"{preempted} at step 1"
+    again.session.report({"loss": 0.4})
+    again.exit(0)
+    played[survivor].session.report({"loss": 0.7})
+    played[survivor].exit(0)
+    done = wait_condition(custom, team_a, "team-a-sweep", "Succeeded", timeout=60, operator=kueue_operator)
+
+    history = trial(custom, team_a, preempted)["status"]["history"]
+    assert [(h["iteration"], h["loss"]) for h in history] == [(1, 0.9), (2, 0.4)]   # no result lost
+    summary = done["status"]["kueue"]
+    assert summary["evictions"] == 1 and summary["admissions"] == 3, summary
+    assert summary["queueWaitSeconds"]["max"] > 0
+
+
+def test_a_many_trial_experiment_keeps_at_most_its_admission_window_waiting(kueue_operator, api, teams, tmp_path):
+    core, custom = api
+    team_a = teams[0]
+    window, trials = 2, 10
+    create(custom, team_a, {**example("team-a.yaml", maxTrials=trials, parallelism=6, admissionWindow=window),
+                            "metadata": {"name": "many"}})
+    most_waiting = most_running = 0
+    ended: set[str] = set()
+
+    def advance():
+        nonlocal most_waiting, most_running
+        live = [p for p in pods(core, team_a, "many") if p.metadata.deletion_timestamp is None
+                and p.status.phase not in ("Succeeded", "Failed")]
+        workloads = [w for w in KueueApi(custom.api_client).list_workloads(team_a)
+                     if not any(c["type"] == "Admitted" and c["status"] == "True"
+                                for c in (w.get("status") or {}).get("conditions") or [])
+                     and not any(c["type"] == "Finished" and c["status"] == "True"
+                                 for c in (w.get("status") or {}).get("conditions") or [])]
+        most_waiting = max(most_waiting, sum(1 for p in live if gated(p)), len(workloads))
+        admitted = [p for p in live if not gated(p)]
+        most_running = max(most_running, len(admitted))
+        for pod in admitted:
+            if pod.status.phase == "Running" and pod.metadata.name not in ended:
+                container = Container(core, pod, tmp_path)
+                container.session.report({"loss": 0.5})
+                container.exit(0)
+                ended.add(pod.metadata.name)
+        experiment = custom.get_namespaced_custom_object(GROUP, VERSION, team_a, "experiments", "many")
+        return (experiment.get("status") or {}).get("phase") == "Succeeded"
+
+    wait_for(advance, timeout=150, interval=0.2, message=f"all {trials} trials admitted in turn and finished")
+    assert len(ended) == trials
+    assert most_waiting == window, f"at most {window} waiting for admission, and the window used ({most_waiting})"
+    assert most_running <= 2        # the ClusterQueue's 2 CPUs
