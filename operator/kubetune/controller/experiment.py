@@ -691,7 +691,7 @@ class ExperimentController:
                                                trial.attempt, trial.last_seq))
                 continue
             self._note_waiting(name, update.waiting_reason, update.waiting_message)
-            if update.state == "running" and (update.awaiting_admission or update.queue_wait_s is not None):
+            if update.awaiting_admission or update.queue_wait_s is not None:   # before its end, if it ended
                 waits = trial.queue_waits
                 await self._apply(self.runner.on_admission(name, update.awaiting_admission, now, update.queue_wait_s))
                 if trial.queue_waits != waits:

@@ -284,22 +284,24 @@ class PodExecutor:
                                error=f"the trial's pod {pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
-        if phase == "Succeeded":
-            return TrialUpdate(key, TrialState.COMPLETED, **common)
-        if admission.managed(pod) and phase != "Failed":
+        if admission.managed(pod):
             namespace, experiment, _ = pod_spec.split_key(key)
             with self._lock:
                 listing = self._listings[(namespace, experiment)]
                 workload = listing.workloads.get(pod["metadata"].get("uid"))
                 local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL))
-            state = admission.admission(pod, workload, local_queue)
-            if state.evicted:
-                return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=state.evicted,
-                                   error=f"{state.evicted} by Kueue: {state.message}", **common)
-            if state.waiting:
-                return TrialUpdate(key, TrialState.RUNNING, waiting_reason=state.waiting,
-                                   waiting_message=state.message, awaiting_admission=True, **common)
-            common["queue_wait_s"] = state.queue_wait_s
+            kueue_state = admission.admission(pod, workload, local_queue)
+            if phase not in ("Succeeded", "Failed"):
+                if kueue_state.evicted:
+                    return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=kueue_state.evicted,
+                                       error=f"{kueue_state.evicted} by Kueue: {kueue_state.message}", **common)
+                if kueue_state.waiting:
+                    return TrialUpdate(key, TrialState.RUNNING, waiting_reason=kueue_state.waiting,
+                                       waiting_message=kueue_state.message, awaiting_admission=True, **common)
+            # also for an ended pod: a trial that ran between two polls was admitted too
+            common["queue_wait_s"] = kueue_state.queue_wait_s
+        if phase == "Succeeded":
+            return TrialUpdate(key, TrialState.COMPLETED, **common)
         if phase == "Failed":
             error, cluster_fault = pod_spec.failure(pod)
             tail = self.logs(key, LOG_TAIL_LINES)
