@@ -35,7 +35,6 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -112,18 +111,10 @@ def crds(base_url: str, ca_bundle: str) -> list[dict[str, Any]]:
     return documents
 
 
-class KueueManager:
+class KueueManager(processes.HostProcess):
     """One Kueue manager process for the control plane of ``kubeconfig``."""
 
-    def __init__(self, kubeconfig: str | Path, state_dir: str | Path, *, die_with_parent: bool = True,
-                 log: Log = print) -> None:
-        self.kubeconfig = Path(kubeconfig)
-        self.state_dir = Path(state_dir)
-        self.die_with_parent = die_with_parent
-        self.log = log
-        self.record: processes.ProcessRecord | None = None
-        self._popen: subprocess.Popen | None = None
-        self.health_port = 0
+    health_port = 0
 
     def start(self, timeout: float = 120.0) -> "KueueManager":
         binary = ensure_kueue(self.log)
@@ -182,9 +173,7 @@ class KueueManager:
         return manager
 
     def stop(self) -> None:
-        if self.record is not None:
-            processes.stop(self.record, self._popen)
-            self.record = None
+        super().stop()
         (self.state_dir / RECORD).unlink(missing_ok=True)
 
 

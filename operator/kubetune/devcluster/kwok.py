@@ -26,7 +26,6 @@ gives a log file (``kubetune.devcluster.kwok_logs``).
 """
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -209,17 +208,8 @@ STAGES = yaml.dump_all([
 ], Dumper=_TemplateDumper, sort_keys=False)
 
 
-class FakeNodes:
+class FakeNodes(processes.HostProcess):
     """A kwok process managing the nodes labelled ``type=kwok`` of a control plane."""
-
-    def __init__(self, kubeconfig: str | Path, state_dir: str | Path, *, die_with_parent: bool = True,
-                 log: Log = print) -> None:
-        self.kubeconfig = Path(kubeconfig)
-        self.state_dir = Path(state_dir)
-        self.die_with_parent = die_with_parent
-        self.log = log
-        self.record: processes.ProcessRecord | None = None
-        self._popen: subprocess.Popen | None = None
 
     def start(self) -> "FakeNodes":
         binary = ensure_kwok(self.log)
@@ -239,11 +229,6 @@ class FakeNodes:
             f"--server-address=127.0.0.1:{kubelet_port}", f"--node-port={kubelet_port}", "--enable-crds=Logs",
         ], self.state_dir / "kwok.log", die_with_parent=self.die_with_parent)
         return self
-
-    def stop(self) -> None:
-        if self.record is not None:
-            processes.stop(self.record, self._popen)
-            self.record = None
 
     def add_node(self, api_client: Any, name: str, capacity: Mapping[str, str], timeout: float = 30.0) -> None:
         """Create a fake node with ``capacity`` and wait until kwok reports it Ready."""

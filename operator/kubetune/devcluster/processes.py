@@ -14,6 +14,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 _PR_SET_PDEATHSIG = 1
 
@@ -138,3 +139,23 @@ def _wait_gone(record: ProcessRecord, proc: subprocess.Popen | None, timeout: fl
         else:
             time.sleep(0.05)
     return not record.is_alive()
+
+
+class HostProcess:
+    """One helper process a control plane runs beside it on the host (kwok, Kueue's
+    manager): its kubeconfig, a state directory for its config and log, and the record
+    ``stop`` goes by.  Subclasses start it with ``spawn`` into ``record``/``_popen``."""
+
+    def __init__(self, kubeconfig: str | Path, state_dir: str | Path, *, die_with_parent: bool = True,
+                 log: Callable[[str], None] = print) -> None:
+        self.kubeconfig = Path(kubeconfig)
+        self.state_dir = Path(state_dir)
+        self.die_with_parent = die_with_parent
+        self.log = log
+        self.record: ProcessRecord | None = None
+        self._popen: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        if self.record is not None:
+            stop(self.record, self._popen)
+            self.record = None
