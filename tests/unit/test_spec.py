@@ -191,3 +191,13 @@ def test_parameter_names_that_are_distinct_variables_are_accepted():
     spec = copy.deepcopy(GOOD)
     spec["searchSpace"] = {name: {"uniform": [0, 1]} for name in ["lr", "lr2", "model/depth", "y", "a.b"]}
     assert set(parse_experiment(spec).search_space) == {"lr", "lr2", "model/depth", "y", "a.b"}
+
+
+def test_a_trial_key_is_composed_and_taken_apart_in_one_place():
+    from kubetune.spec.trial_key import TrialKey
+    key = TrialKey("ml", "mnist", "mnist-3")
+    assert str(key) == "ml/mnist/mnist-3" and TrialKey.parse(str(key)) == key
+    assert key.experiment_prefix == "ml/mnist/"
+    for bad in ("ml/mnist", "ml/mnist/3/x", "ml//3", ""):
+        with pytest.raises(ValueError, match="not a trial key"):
+            TrialKey.parse(bad)

@@ -34,6 +34,7 @@ from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, Pau
                                  StopTrial, TrialPhase)
 from kubetune.executors.base import LaunchRequest, RayUnavailableError
 from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
+from kubetune.spec.trial_key import TrialKey
 
 log = logging.getLogger(__name__)
 
@@ -606,13 +607,13 @@ class ExperimentController:
         if now < self._check_runs_at:
             return
         keys = await asyncio.to_thread(self.cluster.executor.list_trials, self._trial_key(""))
-        extra = [key for key in keys if not self._should_run(key.rsplit("/", 1)[1])]
+        extra = [key for key in keys if not self._should_run(TrialKey.parse(key).trial)]
         for key in extra:
             log.info("%s/%s: stopping %s: its trial is not running", self.namespace, self.name, key)
             await asyncio.to_thread(self.cluster.executor.stop, key)
         if extra:
             keys = await asyncio.to_thread(self.cluster.executor.list_trials, self._trial_key(""))
-            extra = [key for key in keys if not self._should_run(key.rsplit("/", 1)[1])]
+            extra = [key for key in keys if not self._should_run(TrialKey.parse(key).trial)]
         self._runs_to_end = extra
         self._check_runs_at = now + (backoff(2) if extra else RECONCILE_RUNS_SECONDS)
 
@@ -680,7 +681,7 @@ class ExperimentController:
         now = self._clock()
         busy = False
         for key, update in updates.items():
-            name = key.rsplit("/", 1)[1]
+            name = TrialKey.parse(key).trial
             trial = self.runner.trials[name]
             if update.attempt is not None and update.attempt < trial.attempt:
                 # The actor still holds the attempt before: the operator recorded the retry and
@@ -888,7 +889,7 @@ class ExperimentController:
             trial, objective=self.spec.objective.metric, decision_state=self.runner.decision_state(name)))
 
     def _trial_key(self, trial: str) -> str:
-        return f"{self.namespace}/{self.name}/{trial}"
+        return str(TrialKey(self.namespace, self.name, trial))
 
     def _is_connection_error(self, error: BaseException) -> bool:
         """The platform, not the trial, failed: the executor knows its own errors."""

@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
+from kubetune.spec.trial_key import TrialKey
+
 
 class TrialStopped(BaseException):
     """Raised by ``report()`` once the trial was told to stop; ends the user's function.
@@ -51,15 +53,15 @@ class TrialContext:
 
     @property
     def namespace(self) -> str:
-        return self.trial_key.split("/")[0]
+        return TrialKey.parse(self.trial_key).namespace
 
     @property
     def experiment(self) -> str:
-        return self.trial_key.split("/")[1]
+        return TrialKey.parse(self.trial_key).experiment
 
     @property
     def trial_name(self) -> str:
-        return self.trial_key.split("/")[-1]
+        return TrialKey.parse(self.trial_key).trial
 
 
 class Session(Protocol):

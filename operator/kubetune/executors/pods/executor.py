@@ -68,6 +68,7 @@ from kubetune.k8s.errors import ApiError
 from kubetune.k8s.kueue import KueueApi
 from kubetune.k8s.pods import PodApi
 from kubetune.spec import pod_policy
+from kubetune.spec.trial_key import TrialKey
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class PodExecutor:
 
     def start(self, req: LaunchRequest) -> LaunchInfo:
         """Create the attempt's pod (and the trial's Secret and ConfigMap); attach if it exists."""
-        namespace, experiment, trial = pod_spec.split_key(req.trial_key)
+        namespace, experiment, trial = TrialKey.parse(req.trial_key)
         template = req.pod_template
         if not template:
             raise ExecutorError("spec.trial.template: required for the pod executor (a PodTemplateSpec)")
@@ -240,7 +241,7 @@ class PodExecutor:
         """New results and state of each trial in ``cursors`` (trial key -> last seq seen)."""
         updates = {}
         for key, after_seq in cursors.items():
-            namespace, experiment, trial = pod_spec.split_key(key)
+            namespace, experiment, trial = TrialKey.parse(key)
             pods = self._list(namespace, experiment)
             listing = self._listings[(namespace, experiment)]
             attempt = self._current_attempt(key, trial, pods)
@@ -281,7 +282,7 @@ class PodExecutor:
                 return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=evicted.evicted,
                                    error=f"{evicted.evicted} by Kueue: {evicted.message}", **common)
             return TrialUpdate(key, TrialState.MISSING, cluster_fault=True,
-                               error=f"the trial's pod {pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)} "
+                               error=f"the trial's pod {pod_spec.pod_name(TrialKey.parse(key).trial, attempt or 0)} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
         if admission.managed(pod):
@@ -318,7 +319,7 @@ class PodExecutor:
                                waiting_message=f"{reason}: {message}", **common)
         message = pod_spec.unschedulable(pod)
         if message is not None:
-            namespace, experiment, _ = pod_spec.split_key(key)
+            namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:
                 scaling = self._listings[(namespace, experiment)].autoscaler.get(pod["metadata"]["name"])
             return TrialUpdate(key, TrialState.RUNNING, waiting_reason="Unschedulable",
@@ -404,13 +405,13 @@ class PodExecutor:
             checkpoint, iteration = self.inbox.latest(trial_key)
             self.inbox.stop(trial_key)
             self.log_follower.forget(trial_key)
-            namespace, _, trial = pod_spec.split_key(trial_key)
+            namespace, _, trial = TrialKey.parse(trial_key)
             with self._lock:
                 attempt = self._attempts.pop(trial_key, None)
                 self._started_at.pop(trial_key, None)
                 self._queues.pop(trial_key, None)
             if attempt is None:
-                attempts = [_attempt_of(p) for p in self._list(*pod_spec.split_key(trial_key)[:2]).values()
+                attempts = [_attempt_of(p) for p in self._list(*TrialKey.parse(trial_key)[:2]).values()
                             if _trial_of(p) == trial]
                 attempt = max(attempts) if attempts else None
             if attempt is not None and not self._finished(trial_key, pod_spec.pod_name(trial, attempt)):
@@ -430,7 +431,7 @@ class PodExecutor:
     def _finished(self, trial_key: str, name: str) -> bool:
         """The pod ended by itself (as last listed): it is kept, with its logs, until the
         Trial goes; it holds nothing on its node any more."""
-        namespace, experiment, _ = pod_spec.split_key(trial_key)
+        namespace, experiment, _ = TrialKey.parse(trial_key)
         with self._lock:
             listing = self._listings.get((namespace, experiment))
             pod = listing.pods.get(name) if listing else None
@@ -505,11 +506,11 @@ class PodExecutor:
 
     def logs(self, trial_key: str, lines: int = 200) -> str:
         """The tail of the current attempt's container log; "" if the kubelet has none."""
-        namespace, _, trial = pod_spec.split_key(trial_key)
+        namespace, _, trial = TrialKey.parse(trial_key)
         with self._lock:
             attempt = self._attempts.get(trial_key)
         if attempt is None:
-            attempt = self._current_attempt(trial_key, trial, self._list(namespace, pod_spec.split_key(trial_key)[1]))
+            attempt = self._current_attempt(trial_key, trial, self._list(namespace, TrialKey.parse(trial_key)[1]))
         if attempt is None:
             return ""
         try:
@@ -519,7 +520,7 @@ class PodExecutor:
 
     def describe(self, trial_key: str) -> dict | None:
         """The current attempt's pod: name, phase, node, attempt."""
-        namespace, experiment, trial = pod_spec.split_key(trial_key)
+        namespace, experiment, trial = TrialKey.parse(trial_key)
         pods = self._list(namespace, experiment, force=True)
         attempt = self._current_attempt(trial_key, trial, pods)
         pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None

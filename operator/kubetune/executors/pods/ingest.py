@@ -46,6 +46,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.core.types import Result
 from kubetune.executors.pods.ingest_http import BoundedHttpServer, HttpError
+from kubetune.spec.trial_key import TrialKey
 from kubetune.spec.results import MAX_RESULT_BYTES, MetricError, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ResultInbox:
 
     def open(self, trial_key: str, token: str, attempt: int, after_seq: int) -> None:
         """A new attempt starts: it reports seqs after ``after_seq``; older attempts are refused."""
-        namespace, experiment, trial = trial_key.split("/")
+        namespace, experiment, trial = TrialKey.parse(trial_key)
         with self._lock:
             self._boxes[(namespace, trial)] = _Box(experiment, token_hash(token), attempt, taken=after_seq)
 
@@ -152,7 +153,7 @@ class ResultInbox:
 
     def take(self, trial_key: str, after_seq: int, limit: int = 1000) -> tuple[Result, ...]:
         """Results with seq > ``after_seq`` in order; older ones are dropped."""
-        namespace, _, trial = trial_key.split("/")
+        namespace, _, trial = TrialKey.parse(trial_key)
         with self._lock:
             box = self._boxes.get((namespace, trial))
             if box is None:
@@ -165,14 +166,14 @@ class ResultInbox:
 
     def latest(self, trial_key: str) -> tuple[str | None, int | None]:
         """(checkpoint, iteration) last reported by the current attempt."""
-        namespace, _, trial = trial_key.split("/")
+        namespace, _, trial = TrialKey.parse(trial_key)
         with self._lock:
             box = self._boxes.get((namespace, trial))
             return (box.checkpoint, box.iteration) if box else (None, None)
 
     def stop(self, trial_key: str) -> None:
         """Refuse further results: the trial's pod is told to stop at its next report."""
-        namespace, _, trial = trial_key.split("/")
+        namespace, _, trial = TrialKey.parse(trial_key)
         with self._lock:
             box = self._boxes.get((namespace, trial))
             if box is not None:

@@ -39,6 +39,7 @@ from kubetune.executors.pods.ingest import ResultInbox
 from kubetune.executors.pods.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
 from kubetune.k8s.errors import ApiError
 from kubetune.k8s.pods import PodApi
+from kubetune.spec.trial_key import TrialKey
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class PodLogFollower:
 
     def track(self, trial_key: str, pod: Mapping[str, Any]) -> None:
         """Follow the running pod; read an ended one to its last line (this call waits for that)."""
-        namespace, experiment, trial = pod_spec.split_key(trial_key)
+        namespace, experiment, trial = TrialKey.parse(trial_key)
         if self.inbox.token(namespace, trial) is None:
             # started by an earlier operator process: its results come from the log only, so
             # no token is needed (and none accepted: "" matches no bearer token)
@@ -243,7 +244,7 @@ class PodLogFollower:
         if isinstance(item, MalformedLine):
             self._report_malformed(trial_key, pod, item)
             return 0
-        namespace, _, trial = pod_spec.split_key(trial_key)
+        namespace, _, trial = TrialKey.parse(trial_key)
         status, answer = self.inbox.offer(namespace, trial, item.body)
         if status in (404, 409, 410, 429):   # 429: the stream reopens (and re-reads) once taken
             log.info("%s: result seq %d from the log not taken: %s", trial_key, item.seq, answer.get("error"))

@@ -48,13 +48,6 @@ class PodSpecError(ValueError):
     """The pod template cannot be turned into a trial pod; the message names the fix."""
 
 
-def split_key(trial_key: str) -> tuple[str, str, str]:
-    parts = trial_key.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"trial key {trial_key!r} is not '<namespace>/<experiment>/<trial>'")
-    return parts[0], parts[1], parts[2]
-
-
 def pod_name(trial: str, attempt: int) -> str:
     """``<trial>-a<attempt>``: a Trial's name ends in ``-<index>``, so no pod name of one
     trial can be another trial's."""

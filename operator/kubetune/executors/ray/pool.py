@@ -21,6 +21,7 @@ from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from kubetune.executors.base import LaunchRequest, RayUnavailableError, ResourceShape
+from kubetune.spec.trial_key import TrialKey
 # the actor class lives in a light module: every worker process imports it on start
 from kubetune.executors.ray.host import HostActor as _HostActor
 
@@ -36,10 +37,7 @@ def actor_name(trial_key: str) -> str:
 
 def experiment_prefix(trial_key: str) -> str:
     """``"<ns>/<experiment>/"`` of a trial key."""
-    parts = trial_key.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"trial key {trial_key!r} is not '<namespace>/<experiment>/<trial>'")
-    return f"{parts[0]}/{parts[1]}/"
+    return TrialKey.parse(trial_key).experiment_prefix
 
 
 @dataclass
