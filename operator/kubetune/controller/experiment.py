@@ -24,7 +24,7 @@ from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.status_events import status_events
 from kubetune.controller.store import Store
-from kubetune.k8s.errors import WriteRefused
+from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.controller.write_failures import SURFACE_AFTER, WriteFailures, backoff
 from kubetune.core import admission
 from kubetune.core.runner import TrialRunner
@@ -432,7 +432,7 @@ class ExperimentController:
                     effect.failed(error, now)
                     log.warning("%s/%s: %s for %s failed (attempt %d, retrying): %s", self.namespace, self.name,
                                 type(effect.decision).__name__, name, effect.attempts, error)
-                    if effect.attempts == SURFACE_AFTER:
+                    if effect.attempts == SURFACE_AFTER and not isinstance(error, StaleTrial):
                         await self._event_guarded("Warning", "EffectRetrying",
                                                   f"{type(effect.decision).__name__} {name}: {error}")
                 else:

@@ -22,6 +22,11 @@ class WriteRefused(Exception):
         return self.status in (0, 409, 429) or self.status >= 500
 
 
+class StaleTrial(Exception):
+    """A Trial of the same name, owned by an earlier Experiment, is still being deleted:
+    the create is retried later, and this is no failure worth a Warning."""
+
+
 class ApiError(Exception):
     """A call the API server answered with an error (k8s/pods.py): its HTTP ``status``
     and its own ``message`` (``pods "x" is forbidden: ...``), which is what a user reads."""

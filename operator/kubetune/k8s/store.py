@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from kubernetes.client.exceptions import ApiException
 
 from kubetune import metrics
-from kubetune.k8s.errors import WriteRefused
+from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
@@ -40,16 +40,6 @@ def refused(error: BaseException) -> WriteRefused:
     return WriteRefused(0, "Unavailable", cap_text(f"{type(error).__name__}: {error}", 700))
 
 
-# a Trial left by an earlier Experiment of the same name is waiting for the garbage
-# collector; the new Experiment deletes it itself, and retries its create this often
-STALE_TRIAL_ATTEMPTS = 120
-STALE_TRIAL_WAIT_SECONDS = 0.5
-
-
-class StaleTrial(Exception):
-    """A Trial of the same name, owned by an earlier Experiment, is still being deleted."""
-
-
 def owned_by(body: Mapping[str, Any], uid: str | None) -> bool:
     """Whether ``body`` belongs to the Experiment with ``uid`` (None: any owner)."""
     if uid is None:
@@ -70,6 +60,7 @@ class KubeStore:
         self._post_event = post_event
         self.writes = 0
         self.bytes_written = 0
+        self._waiting_for: set[str] = set()   # Trial names told to wait for an earlier Experiment's
 
     async def list_trials(self) -> list[dict[str, Any]]:
         return [item for item in await self.list_trials_of(self.experiment) if owned_by(item, self.uid)]
@@ -95,30 +86,31 @@ class KubeStore:
             raise refused(error) from error
 
     async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt, no waiting here: a Trial of that name left by an earlier Experiment
+        of the same name is deleted and ``StaleTrial`` raised, and the controller's effect
+        queue retries the create (with its backoff) while the Experiment's other work goes on."""
         body = json_safe(body)
         name = body["metadata"]["name"]
-        waited = False
-        for _ in range(STALE_TRIAL_ATTEMPTS):
-            self._count("trials", "create", body)
-            try:
-                return await self._call(self._api.create_namespaced_custom_object, GROUP, VERSION,
-                                        self.namespace, TRIALS, body)
-            except ApiException as error:
-                if error.status != 409:
-                    raise refused(error) from error
-            existing = await self._get_trial(name)
-            if existing is None:
-                continue    # gone meanwhile: create again
-            if owned_by(existing, self.uid):
-                # created by an earlier attempt (retry or restart): the deterministic name makes it ours
-                return existing
-            if not waited:
-                waited = True
-                await self.event("Normal", "WaitingForEarlierTrial",
-                                 f"{name}: a Trial of that name left by an earlier Experiment {self.experiment} "
-                                 "is being deleted; the new one is created after it")
-            await self._delete_stale(existing)
-            await asyncio.sleep(STALE_TRIAL_WAIT_SECONDS)
+        self._count("trials", "create", body)
+        try:
+            return await self._call(self._api.create_namespaced_custom_object, GROUP, VERSION,
+                                    self.namespace, TRIALS, body)
+        except ApiException as error:
+            if error.status != 409:
+                raise refused(error) from error
+        existing = await self._get_trial(name)
+        if existing is None:
+            raise StaleTrial(f"Trial {self.namespace}/{name} went away while being created; created again next")
+        if owned_by(existing, self.uid):
+            # created by an earlier attempt (retry or restart): the deterministic name makes it ours
+            self._waiting_for.discard(name)
+            return existing
+        if name not in self._waiting_for:
+            self._waiting_for.add(name)
+            await self.event("Normal", "WaitingForEarlierTrial",
+                             f"{name}: a Trial of that name left by an earlier Experiment {self.experiment} "
+                             "is being deleted; the new one is created after it")
+        await self._delete_stale(existing)
         raise StaleTrial(f"Trial {self.namespace}/{name} of an earlier Experiment {self.experiment} "
                          "is still being deleted")
 
