@@ -21,6 +21,7 @@ import urllib.request
 
 from kubetune.bench.kube import KubeBench
 from kubetune.controller import render
+from kubetune.core.curve import add_point
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import TrialPhase
 from kubetune.devcluster.processes import free_port, terminate
@@ -43,7 +44,13 @@ def trial_status(name: str, index: int, results: int) -> tuple[dict, dict]:
     lr = 0.001 + index / 100
     trial = TrialInfo(name=name, index=index, params={"lr": lr},
                       phase=TrialPhase.RUNNING if index == 0 else TrialPhase.SUCCEEDED)
-    trial.history = [{"loss": 1.0 / (i + 1) + lr, "iteration": i + 1} for i in range(results)]
+    # the curve as the runner keeps it (core/curve.py: at most 64 points, the CRD's bound)
+    history: list = []
+    stride = 1
+    for i in range(results):
+        history, stride = add_point(history, stride, {"loss": 1.0 / (i + 1) + lr, "iteration": i + 1})
+    trial.history, trial.history_stride = history, stride
+    trial.last_metrics = {"loss": 1.0 / results + lr, "iteration": results}
     trial.iteration, trial.last_seq, trial.start_time = results, results - 1, time.time()
     return {"lr": lr}, render.trial_status(trial)
 
