@@ -46,6 +46,12 @@ def prepare_executor(address: str) -> None:
     when this replica leads: a driver connection only, no actor is touched until then."""
     executor = _new_executor(address)
     executor.connect()
+    # the autoscaler's node types too (a task on the head, seconds on a loaded machine):
+    # the new leader's first capacity refresh then waits for nothing
+    try:
+        executor.node_types()
+    except Exception as error:  # noqa: BLE001 - the leader reads them (and reports) on its own
+        logging.getLogger(__name__).warning("standby: cannot read the autoscaler's node types yet: %s", error)
     _PREPARED[address] = executor
 
 

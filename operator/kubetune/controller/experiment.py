@@ -326,7 +326,10 @@ class ExperimentController:
         for name in list(runner.trials):
             await self._clone_checkpoint(name, spec)
         for trial in trials:
-            self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, now)
+            # what is persisted is not rewritten; its first change goes out at once, not an
+            # interval after the restart: after a failover the Trials show progress again
+            # as soon as the new leader has any (the old leader's last write is of unknown age)
+            self._trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, float("-inf"))
         if spec.checkpoint.delete_on_completion:   # idempotent: an earlier run may have done it
             self._checkpoints_to_delete.update((name, False) for name, trial in runner.trials.items()
                                                if trial.phase.is_terminal and trial.checkpoint)

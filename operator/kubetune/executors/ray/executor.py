@@ -96,6 +96,7 @@ class RayExecutor:
         self._discovery = ActorDiscovery(self._lock, self._slots, self._pool, namespace=self.namespace,
                                          rpc_timeout_s=self.rpc_timeout_s)
         self._node_types: tuple[float, list[Resources] | None] | None = None   # (read at, shapes) of this connection
+        self._node_types_reading = False     # a re-read is under way in a thread
 
     # ---------------------------------------------------------------- connection
 
@@ -376,28 +377,41 @@ class RayExecutor:
     def node_types(self) -> list[Resources] | None:
         """The largest shape of each node type the Ray autoscaler may add (a list of
         ``core.resources.Resources``), or None when the cluster cannot grow.  Read from
-        the autoscaler's config on the head node once per connection and again every
-        ``NODE_TYPES_REFRESH_S``; a failed re-read keeps the last answer, a failed first
-        read raises ``RayUnavailableError`` (unknown must not pass for "cannot grow":
-        every GPU trial on a head without GPUs would fail as infeasible)."""
+        the autoscaler's config on the head node once per connection, and again every
+        ``NODE_TYPES_REFRESH_S`` in a thread of its own while the last answer is
+        returned (a read runs a task on the head: seconds on a loaded machine, which a
+        reconcile cycle, or a failover, would otherwise wait for); a failed re-read keeps
+        the last answer, a failed first read raises ``RayUnavailableError`` (unknown must
+        not pass for "cannot grow": every GPU trial on a head without GPUs would fail as
+        infeasible)."""
         if self.address == "local":
             return None      # an embedded cluster is this process's machine
         self._ensure_connected()
         with self._lock:
             known = self._node_types
-        if known is not None and time.monotonic() - known[0] < NODE_TYPES_REFRESH_S:
+            stale = known is not None and time.monotonic() - known[0] >= NODE_TYPES_REFRESH_S
+            if stale and not self._node_types_reading:
+                self._node_types_reading = True
+                threading.Thread(target=self._read_node_types, args=(known,), daemon=True,
+                                 name="ray-node-types").start()
+        if known is not None:
             return known[1]
+        return self._read_node_types(None)
+
+    def _read_node_types(self, known: tuple[float, list[Resources] | None] | None) -> list[Resources] | None:
         try:
             shapes = read_node_types(timeout_s=3 * self.rpc_timeout_s)
         except Exception as exc:  # noqa: BLE001 - any failure: the head did not tell
             if known is not None:
                 log.warning("cannot re-read the autoscaler's node types: %s: %s", type(exc).__name__, exc)
+                with self._lock:
+                    self._node_types, self._node_types_reading = (time.monotonic(), known[1]), False
                 return known[1]
             raise RayUnavailableError(self.address, "cannot read the autoscaler's node types from the "
                                       f"head node: {type(exc).__name__}: {exc}") from exc
         types = [Resources.from_ray(shape) for shape in shapes] if shapes is not None else None
         with self._lock:
-            self._node_types = (time.monotonic(), types)
+            self._node_types, self._node_types_reading = (time.monotonic(), types), False
         return types
 
     def request_resources(self, bundles: list[dict[str, float]]) -> None:
