@@ -80,7 +80,13 @@ def running(core, namespace: str, experiment: str, count: int) -> list:
 
 
 def trial(custom, namespace: str, name: str) -> dict:
-    return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trials", name)
+    """The Trial, or {} while it does not exist yet."""
+    try:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trials", name)
+    except client.exceptions.ApiException as error:
+        if error.status == 404:
+            return {}
+        raise
 
 
 def test_a_higher_priority_team_preempts_and_the_preempted_trial_resumes_from_its_checkpoint(
@@ -98,11 +104,14 @@ def test_a_higher_priority_team_preempts_and_the_preempted_trial_resumes_from_it
         (saved / "model.txt").write_text(f"{container.trial} at step 1")
         container.session.report({"loss": 0.9}, checkpoint=str(saved))
         played[container.trial] = container
+    wait_for(lambda: ((custom.get_namespaced_custom_object(GROUP, VERSION, team_a, "experiments", "team-a-sweep")
+                       .get("status") or {}).get("kueue") or {}).get("admissions") == 2,
+             timeout=30, interval=0.2, message="the operator counting both admissions")
 
     create(custom, team_b, example("team-b.yaml"))
     urgent = wait_for(lambda: running(core, team_b, "team-b-urgent", 1), timeout=90, interval=0.2,
                       message="team B's high-priority trial admitted by preempting one of team A's")
-    preempted = wait_for(lambda: next((name for name in played if trial(custom, team_a, name)["status"].get(
+    preempted = wait_for(lambda: next((name for name in played if trial(custom, team_a, name).get("status", {}).get(
         "evictions") == 1), None), timeout=30, interval=0.2, message="a team A trial recorded as evicted")
     status = trial(custom, team_a, preempted)["status"]
     assert status["phase"] in ("Pending", "Queued") and status["reason"] == "Preempted", status
@@ -169,3 +178,52 @@ def test_a_many_trial_experiment_keeps_at_most_its_admission_window_waiting(kueu
     assert len(ended) == trials
     assert most_waiting == window, f"at most {window} waiting for admission, and the window used ({most_waiting})"
     assert most_running <= 2        # the ClusterQueue's 2 CPUs
+
+
+def test_a_trial_is_provisioning_while_an_admission_check_is_pending(kueue_operator, api, teams, tmp_path):
+    """The test plays an admission-check controller (as a ProvisioningRequest controller
+    would wait for the cluster autoscaler): Kueue reserves quota, the check stays Pending
+    and the trial says Provisioning; the check turns Ready and Kueue admits the pod."""
+    core, custom = api
+    team_b = teams[1]
+    check = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck", "metadata": {"name": "capacity"},
+             "spec": {"controllerName": "kubetune.dev/test-capacity"}}
+    custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "admissionchecks", check)
+    now = "2026-01-01T00:00:00Z"
+    custom.patch_cluster_custom_object_status("kueue.x-k8s.io", "v1beta2", "admissionchecks", "capacity", {
+        "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Active", "message": "the test",
+                                   "lastTransitionTime": now}]}})
+    custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "checked"},
+        "spec": {"namespaceSelector": {}, "admissionChecksStrategy": {"admissionChecks": [{"name": "capacity"}]},
+                 "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                     "name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": 2},
+                                                             {"name": "memory", "nominalQuota": "8Gi"}]}]}]}})
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", team_b, "localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "checked"},
+        "spec": {"clusterQueue": "checked"}})
+    body = example("team-b.yaml")
+    body["metadata"]["name"], body["spec"]["queue"] = "provisioned", "checked"
+    create(custom, team_b, body)
+
+    status = wait_for(lambda: (lambda s: s if s.get("reason") == "Provisioning" else None)(
+        (trial(custom, team_b, "provisioned-0").get("status") or {})), timeout=60, interval=0.2,
+        message="the trial Provisioning while the admission check is pending")
+    assert status["phase"] == "Queued" and "capacity" in status["message"], status
+    [pod] = pods(core, team_b, "provisioned")
+    assert gated(pod)
+
+    workloads = KueueApi(custom.api_client).list_workloads(team_b)
+    [workload] = [w for w in workloads if any(r.get("uid") == pod.metadata.uid
+                                              for r in w["metadata"].get("ownerReferences") or [])]
+    custom.patch_namespaced_custom_object_status("kueue.x-k8s.io", "v1beta2", team_b, "workloads",
+                                                 workload["metadata"]["name"], {"status": {"admissionChecks": [{
+                                                     "name": "capacity", "state": "Ready", "message": "nodes are up",
+                                                     "lastTransitionTime": now}]}})
+    [admitted] = wait_for(lambda: running(core, team_b, "provisioned", 1), timeout=60, interval=0.2,
+                          message="the pod admitted once the check is Ready")
+    container = Container(core, admitted, tmp_path)
+    container.session.report({"loss": 0.3})
+    container.exit(0)
+    done = wait_condition(custom, team_b, "provisioned", "Succeeded", timeout=60, operator=kueue_operator)
+    assert done["status"]["kueue"]["admissions"] == 1

@@ -16,6 +16,7 @@ None of these is a failure: a preempted trial is paused and resumes from its che
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -58,7 +59,8 @@ def admission(pod: Mapping[str, Any], workload: Mapping[str, Any] | None,
     the position, is an aggregated API server not every cluster runs)."""
     stopped = _condition(pod.get("status") or {}, TERMINATION_TARGET)
     if stopped is not None and stopped.get("status") == "True":
-        return eviction(stopped.get("message") or stopped.get("reason") or "")
+        return dataclasses.replace(eviction(stopped.get("message") or stopped.get("reason") or ""),
+                                   queue_wait_s=queue_wait(pod))
     queue = _labels(pod).get(QUEUE_LABEL) or "the namespace's default queue"
     if gated(pod):
         status = (workload or {}).get("status") or {}

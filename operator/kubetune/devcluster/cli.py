@@ -122,4 +122,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"kubeconfig: {plane.kubeconfig}")
     for record in plane.records:
         print(f"  {record.name:<24} pid {record.pid:<8} {'running' if alive[record.name] else 'EXITED'}  log {record.log}")
+    from kubetune.devcluster.kueue import KueueManager
+    kueue = KueueManager.attach(state_dir / "kueue", log=_log)
+    if kueue is not None and kueue.record is not None:
+        alive["kueue"] = kueue.record.is_alive()
+        print(f"  {'kueue':<24} pid {kueue.record.pid:<8} {'running' if alive['kueue'] else 'EXITED'}  "
+              f"log {kueue.record.log}")
     return 0 if ready and all(alive.values()) else 1

@@ -292,6 +292,9 @@ class PodExecutor:
                 workload = listing.workloads.get(pod["metadata"].get("uid"))
                 local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL))
             kueue_state = admission.admission(pod, workload, local_queue)
+            # also for an ended or evicted pod: a trial admitted and stopped between two
+            # polls was admitted all the same
+            common["queue_wait_s"] = kueue_state.queue_wait_s
             if phase not in ("Succeeded", "Failed"):
                 if kueue_state.evicted:
                     return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=kueue_state.evicted,
@@ -299,8 +302,6 @@ class PodExecutor:
                 if kueue_state.waiting:
                     return TrialUpdate(key, TrialState.RUNNING, waiting_reason=kueue_state.waiting,
                                        waiting_message=kueue_state.message, awaiting_admission=True, **common)
-            # also for an ended pod: a trial that ran between two polls was admitted too
-            common["queue_wait_s"] = kueue_state.queue_wait_s
         if phase == "Succeeded":
             return TrialUpdate(key, TrialState.COMPLETED, **common)
         if phase == "Failed":
