@@ -275,18 +275,18 @@ class PodExecutor:
                     return TrialUpdate(key, TrialState.RUNNING, waiting_reason=admission.QUEUED, awaiting_admission=True,
                                        waiting_message=f"waiting for Kueue admission in queue {queue}", **common)
                 return TrialUpdate(key, TrialState.RUNNING, **common)
-            name = pod_spec.pod_name(key.rsplit('/', 1)[1], attempt or 0)
+            name = pod_spec.pod_name(TrialKey.parse(key).trial, attempt or 0)
             stopped = self._kueue_stop_message(key, name)
             if stopped is not None:     # Kueue evicted it and its pod is gone already
                 evicted = admission.eviction(stopped)
                 return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=evicted.evicted,
                                    error=f"{evicted.evicted} by Kueue: {evicted.message}", **common)
             return TrialUpdate(key, TrialState.MISSING, cluster_fault=True,
-                               error=f"the trial's pod {pod_spec.pod_name(TrialKey.parse(key).trial, attempt or 0)} "
+                               error=f"the trial's pod {name} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
         if admission.managed(pod):
-            namespace, experiment, _ = pod_spec.split_key(key)
+            namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:
                 listing = self._listings[(namespace, experiment)]
                 workload = listing.workloads.get(pod["metadata"].get("uid"))
@@ -372,7 +372,7 @@ class PodExecutor:
     def _kueue_stop_message(self, key: str, pod_name: str) -> str | None:
         """Why Kueue stopped ``pod_name``, from its event; None if Kueue did not.  Read when a
         trial's pod vanished (one call, rarely), whether or not this process started it."""
-        namespace = pod_spec.split_key(key)[0]
+        namespace = TrialKey.parse(key).namespace
         try:
             events = self.api.list_events(namespace, f"involvedObject.kind=Pod,involvedObject.name={pod_name}")
             return admission.stop_message(events, pod_name)
