@@ -158,13 +158,16 @@ def test_a_many_trial_experiment_keeps_at_most_its_admission_window_waiting(kueu
         live = [p for p in pods(core, team_a, "many") if p.metadata.deletion_timestamp is None
                 and p.status.phase not in ("Succeeded", "Failed")]
         workloads = [w for w in KueueApi(custom.api_client).list_workloads(team_a)
-                     if not any(c["type"] == "Admitted" and c["status"] == "True"
+                     if any(ref.get("name", "").startswith("many-") for ref in w["metadata"].get("ownerReferences") or [])
+                     and not any(c["type"] == "Admitted" and c["status"] == "True"
                                 for c in (w.get("status") or {}).get("conditions") or [])
                      and not any(c["type"] == "Finished" and c["status"] == "True"
                                  for c in (w.get("status") or {}).get("conditions") or [])]
         most_waiting = max(most_waiting, sum(1 for p in live if gated(p)), len(workloads))
         admitted = [p for p in live if not gated(p)]
         most_running = max(most_running, len(admitted))
+        if most_waiting < window:     # the first two run until the window has filled behind them
+            return False
         for pod in admitted:
             if pod.status.phase == "Running" and pod.metadata.name not in ended:
                 container = Container(core, pod, tmp_path)
