@@ -166,7 +166,7 @@ def test_defaults_are_filled_in(custom, namespace):
                   experiment(budget={}, trial={"entrypoint": "m:f", "resources": {}}),
                   dry_run=True)["spec"]
     assert spec["executor"] == "ray" and spec["priority"] == 0 and spec["suspend"] is False
-    assert spec["budget"] == {"maxTrials": 10, "parallelism": 1}
+    assert spec["budget"] == {"maxTrials": 10, "parallelism": 1, "admissionWindow": 4}
     assert spec["trial"]["resources"] == {"cpu": 1, "gpu": 0, "bundles": 1}
     assert spec["trial"]["maxFailures"] == 0
 
