@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import kopf
 
@@ -46,13 +47,18 @@ def prepare_executor(address: str) -> None:
     when this replica leads: a driver connection only, no actor is touched until then."""
     executor = _new_executor(address)
     executor.connect()
-    # the autoscaler's node types too (a task on the head, seconds on a loaded machine):
-    # the new leader's first capacity refresh then waits for nothing
+    _PREPARED[address] = executor
+    # the autoscaler's node types too (a task on the head: seconds on a loaded machine,
+    # measured 2-24 s), so that the new leader's first capacity refresh waits for nothing;
+    # in the background, not holding up the standby's bid for the Lease
+    threading.Thread(target=_read_node_types_ahead, args=(executor,), daemon=True, name="node-types").start()
+
+
+def _read_node_types_ahead(executor) -> None:
     try:
         executor.node_types()
     except Exception as error:  # noqa: BLE001 - the leader reads them (and reports) on its own
         logging.getLogger(__name__).warning("standby: cannot read the autoscaler's node types yet: %s", error)
-    _PREPARED[address] = executor
 
 
 def _event_poster(body):
