@@ -1,8 +1,9 @@
 """``make e2e``: the product on a real cluster.
 
-On Linux as root it runs the real-node path, tests/integration/test_real_node.py
-(kubetune.devcluster.node: containerd + kubelet beside the embedded control plane,
-images built with buildah; `make test` runs it too).  Elsewhere, kind, KubeRay, the
+On Linux as root it runs the real-node path, tests/integration/test_real_node.py and
+test_real_node_kuberay.py (kubetune.devcluster.node: containerd + kubelet beside the
+embedded control plane, images built with buildah, KubeRay's operator built from its Go
+module; `make test` runs them too).  Elsewhere, kind, KubeRay, the
 kubetune chart and the KubeRay example, where a Docker engine runs.
 
 Where there is no Docker engine (our CI machines, this repository's dev boxes) it
@@ -115,9 +116,11 @@ def main() -> int:
     from kubetune.devcluster.node.node import why_not_here
     node_problem = why_not_here()
     if node_problem is None:
-        say("Linux with root: the real node (tests/integration/test_real_node.py)")
+        say("Linux with root: the real node (tests/integration/test_real_node*.py: the chart, pod trials, "
+            "KubeRay)")
         return subprocess.call([sys.executable, "-m", "pytest", "-q", "-ra",
-                                str(REPO / "tests" / "integration" / "test_real_node.py")], cwd=REPO)
+                                *(str(REPO / "tests" / "integration" / name)
+                                  for name in ("test_real_node.py", "test_real_node_kuberay.py"))], cwd=REPO)
     problem = docker_engine_problem()
     if problem:
         skip(f"no real node here ({node_problem}) and no kind ({problem}). Nothing was run: the chart, "

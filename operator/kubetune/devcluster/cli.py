@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kueue", action="store_true",
                         help="also run Kueue's manager (built from its Go module) with its webhooks, for "
                              "Experiments with spec.queue; implies --with-scheduler")
+    parser.add_argument("--kuberay", action="store_true",
+                        help="also run the KubeRay operator (built from its Go module) with its CRDs: "
+                             "RayClusters become Ray pods; implies --node")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness (up)")
 
 
@@ -39,9 +42,14 @@ def _log(message: str) -> None:
 
 
 def _stop(plane) -> None:
-    """Stop the plane, and first its node if it has one (pods before the kubelet, ...)."""
+    """Stop the plane, and first its node if it has one (pods before the kubelet, ...),
+    and before that KubeRay (it would recreate the Ray pods the node deletes) and Kueue."""
+    from kubetune.devcluster.kuberay import KubeRay
     from kubetune.devcluster.kueue import KueueManager
     from kubetune.devcluster.node.node import Node
+    kuberay = KubeRay.attach(plane, log=_log)
+    if kuberay is not None:
+        kuberay.stop()
     manager = KueueManager.attach(plane.state_dir / "kueue", log=_log)
     if manager is not None:
         manager.stop()
@@ -79,9 +87,9 @@ def main(args: argparse.Namespace) -> int:
         if plane is not None:
             _stop(plane)  # leftovers of a crashed plane
         try:
-            if args.node:
+            if args.node or args.kuberay:
                 from kubetune.devcluster.node.node import start_cluster
-                start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
+                plane, _ = start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
             else:
                 plane = ControlPlane(state_dir, with_scheduler=args.with_scheduler or args.kueue, log=_log)
                 plane.start(timeout=args.timeout)
@@ -89,6 +97,9 @@ def main(args: argparse.Namespace) -> int:
                 from kubetune.devcluster.kueue import KueueManager
                 KueueManager(state_dir / "kubeconfig", state_dir / "kueue", die_with_parent=False,
                              log=_log).start(timeout=args.timeout)
+            if args.kuberay:
+                from kubetune.devcluster.kuberay import KubeRay
+                KubeRay(plane, log=_log).start(timeout=args.timeout)
         except (ControlPlaneError, BuildError, RuntimeError, TimeoutError) as exc:
             _log(f"devcluster: start failed: {exc}")
             return 1

@@ -34,14 +34,16 @@ def load_crds(directory: Path | None = None) -> list[dict[str, Any]]:
     return documents
 
 
-def install_crds(api_client, directory: Path | None = None, timeout: float = 60.0) -> list[str]:
-    """Create or replace each CRD, wait until all are Established; return their names."""
+def install_crds(api_client, directory: Path | None = None, timeout: float = 60.0,
+                 documents: list[dict[str, Any]] | None = None) -> list[str]:
+    """Create or replace each CRD (``documents``, else kubetune's from ``directory``),
+    wait until all are Established; return their names."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     api = client.ApiextensionsV1Api(api_client)
     names = []
-    for crd in load_crds(directory):
+    for crd in documents if documents is not None else load_crds(directory):
         name = crd["metadata"]["name"]
         names.append(name)
         try:

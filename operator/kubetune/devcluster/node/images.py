@@ -5,7 +5,11 @@ imported into the node's containerd.
   Debian bookworm's Python 3.11 from ``debootstrap --variant=minbase``;
 - ``busybox:1.36``: Debian's static busybox;
 - the pause image: ``build/pause/linux/pause.c`` of the k8s.io/kubernetes module, static;
-- the operator image: the repository's Dockerfile, unchanged.
+- the operator image: the repository's Dockerfile, unchanged;
+- the Ray image: the same Dockerfile's ``raycluster`` target, on a stand-in for
+  ``rayproject/ray:<RAY_VERSION>-py311`` (no registry here): the Python stand-in above
+  plus ``ray[default]`` at the Dockerfile's RAY_VERSION and the wget KubeRay's probes
+  run.  Same Python and Ray as the operator image, which a Ray Client driver needs.
 
 Each image is keyed by a hash of what it is made from (its recipe, its base's key,
 and for the project's images the Dockerfile, pyproject.toml and sources); its
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -87,6 +92,11 @@ class Builder:
             raise ImageError(f"{' '.join(argv[7:9])}... failed ({result.returncode}):\n"
                              f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
         return result.stdout.strip()
+
+    def remove(self, container: str) -> None:
+        """Drop a working container (best effort: it only holds a finished or failed build)."""
+        subprocess.run(["buildah", "--root", str(self.cache / "storage"), "--runroot", str(self.cache / "run"),
+                        "--storage-driver", "overlay", "rm", container], capture_output=True)
 
     def archive(self, image: Image) -> Path:
         return self.archives / f"{image.family}-{image.key}.tar"
@@ -187,8 +197,7 @@ def _python_base(builder: Builder, image: Image) -> None:
                         "--cmd", "python3", container)
         builder.buildah("commit", "--quiet", container, builder.local(image))
     finally:
-        subprocess.run(["buildah", "--root", str(builder.cache / "storage"), "--runroot", str(builder.cache / "run"),
-                        "--storage-driver", "overlay", "rm", container], capture_output=True)
+        builder.remove(container)
 
 
 def _from_files(files: dict[str, tuple[Path, int]], links: dict[str, str], entrypoint: list[str]):
@@ -210,9 +219,7 @@ def _from_files(files: dict[str, tuple[Path, int]], links: dict[str, str], entry
             builder.buildah("config", "--entrypoint", json.dumps(entrypoint), container)
             builder.buildah("commit", "--quiet", container, builder.local(image))
         finally:
-            subprocess.run(["buildah", "--root", str(builder.cache / "storage"), "--runroot",
-                            str(builder.cache / "run"), "--storage-driver", "overlay", "rm", container],
-                           capture_output=True)
+            builder.remove(container)
     return build
 
 
@@ -274,3 +281,42 @@ def operator_image(python: Image) -> Image:
                         "--build-arg", "PYTHON_IMAGE=python:3.11-slim-bookworm",
                         "-t", builder.local(image), "-f", str(REPO / "Dockerfile"), str(REPO), timeout=3600)
     return Image(f"kubetune:dev-{key}", key, build, parents=[python])
+
+
+def dockerfile_arg(name: str) -> str:
+    """A global ``ARG name=value`` default of the Dockerfile (the Ray version lives there)."""
+    match = re.search(rf"^ARG {name}=(\S+)", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    if not match:
+        raise ImageError(f"the Dockerfile has no `ARG {name}=...`")
+    return match.group(1)
+
+
+def ray_base_image(python: Image) -> Image:
+    """The stand-in for ``rayproject/ray:<v>-py311``: what the raycluster target needs of it
+    (pip, ``ray`` on PATH, bash and wget for KubeRay's command and probes)."""
+    version = dockerfile_arg("RAY_VERSION")
+    install = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+               "--no-install-recommends wget >/dev/null && rm -rf /var/lib/apt/lists/* "
+               f"&& pip install --no-cache-dir --disable-pip-version-check 'ray[default]=={version}'")
+
+    def build(builder: Builder, image: Image) -> None:
+        container = builder.buildah("from", "--pull=never", builder.local(python))
+        try:
+            builder.buildah("run", "--network=host", container, "--", "sh", "-c", install, timeout=3600)
+            builder.buildah("commit", "--quiet", container, builder.local(image))
+        finally:
+            builder.remove(container)
+    return Image(f"kubetune-ray-base:{version}-py311", digest(python.key, install), build, parents=[python])
+
+
+def ray_image(python: Image) -> Image:
+    """The Dockerfile's ``raycluster`` target (Ray + kubetune, for the RayCluster's pods)."""
+    base = ray_base_image(python)
+    key = digest(base.key, tree_digest(REPO, PROJECT_INPUTS))
+
+    def build(builder: Builder, image: Image) -> None:
+        builder.buildah("bud", "--quiet", "--network=host", "--pull=never", "--target", "raycluster",
+                        "--build-arg", "PYTHON_IMAGE=python:3.11-slim-bookworm",
+                        "--build-arg", f"RAY_IMAGE={builder.local(base)}",
+                        "-t", builder.local(image), "-f", str(REPO / "Dockerfile"), str(REPO), timeout=3600)
+    return Image(f"kubetune-ray:dev-{key}", key, build, parents=[python, base])
