@@ -22,8 +22,8 @@ from k8s_helpers import experiment_gone, trials
 from kube_fixtures import wait_for
 from kubetune.devcluster.kuberay import KubeRay
 from kubetune.devcluster.node import images
-from realnode_fixtures import (REAL_NODE_MARKS, REPO, experiment_events, log, operator_image,  # noqa: F401
-                               ready, real_cluster, release, user_namespace, wait_succeeded)
+from realnode_fixtures import (HOME, REAL_NODE_MARKS, REPO, experiment_events, log, operator_image,  # noqa: F401
+                               operator_pods, ready, real_cluster, release, user_namespace, wait_succeeded)
 
 pytestmark = REAL_NODE_MARKS
 CLUSTER = "kubetune-ray"
@@ -160,3 +160,22 @@ def test_kubectl_delete_mid_run_removes_the_ray_actors_within_10s(release, ray_c
         wait_for(lambda: experiment_gone(custom, user_namespace, name), timeout=30, interval=0.2,
                  message="the Experiment gone")
     log(f"realnode: {len(running)} Ray actors gone {took:.1f}s after kubectl delete")
+
+
+def test_a_killed_operator_pod_is_replaced_and_the_ray_run_finishes(release, ray_cluster, user_namespace):
+    """The leading operator pod dies mid-run; the trials are Ray actors, so they keep
+    running, and the operator that leads next picks them up and finishes the run."""
+    name = "ray-survivor"
+    release.kubectl("-n", user_namespace, "apply", "-f", "-",
+                    input=cpu_experiment(name, iterations=8, delay=1.0, trials_total=4))
+    with release.api_client() as api:
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        wait_for(lambda: any((t.get("status") or {}).get("iteration") for t in trials(custom, user_namespace, name)),
+                 timeout=300, interval=0.5, message="a first result")
+        [old] = [p for p in operator_pods(core) if ready(p)]     # readiness: the leader only
+        release.kubectl("-n", HOME, "delete", "pod", old.metadata.name, "--grace-period=0", "--force")
+        wait_for(lambda: [p for p in operator_pods(core) if ready(p) and p.metadata.uid != old.metadata.uid],
+                 timeout=180, interval=0.5, message="another operator pod leading (Ready)")
+    body = wait_succeeded(release, user_namespace, name, timeout=600)
+    counts = body["status"]["trialCounts"]
+    assert counts["failed"] == 0 and counts["succeeded"] + counts["stopped"] == 4, body["status"]

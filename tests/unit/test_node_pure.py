@@ -83,3 +83,8 @@ def test_image_keys_follow_content(tmp_path):
     assert images.operator_image(python).key != images.operator_image(
         images.Image("python:3.11-slim", "k2", lambda *_: None)).key
     assert python.family == "python"
+    # the Ray image carries kubetune too, on the stand-in for rayproject/ray
+    ray = images.ray_image(python)
+    assert ray.key != images.ray_image(images.Image("python:3.11-slim", "k2", lambda *_: None)).key
+    assert [parent.name for parent in ray.parents] == ["python:3.11-slim",
+                                                       f"kubetune-ray-base:{images.dockerfile_arg('RAY_VERSION')}-py311"]
