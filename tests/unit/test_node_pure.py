@@ -76,6 +76,9 @@ def test_image_keys_follow_content(tmp_path):
     before = images.tree_digest(tmp_path, ["Dockerfile", "src"])
     (tmp_path / "src" / "__pycache__").mkdir()
     (tmp_path / "src" / "__pycache__" / "a.pyc").write_bytes(b"junk")
+    # `pip install -e` rewrites the egg-info; .dockerignore keeps it out of the image
+    (tmp_path / "src" / "pkg.egg-info").mkdir()
+    (tmp_path / "src" / "pkg.egg-info" / "SOURCES.txt").write_text("a.py")
     assert images.tree_digest(tmp_path, ["Dockerfile", "src"]) == before
     (tmp_path / "src" / "a.py").write_text("2")
     assert images.tree_digest(tmp_path, ["Dockerfile", "src"]) != before

@@ -15,6 +15,7 @@ GOMODCACHE keep their defaults so a second build is quick.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -71,6 +72,25 @@ class GoModule:
 
     def version(self) -> str:
         return self.required_version(self.version_of)
+
+    def source(self) -> Path:
+        """The source tree of ``version_of`` at the pinned version, in the Go module cache
+        (downloaded if missing): where a tool's CRDs and manifests come from."""
+        go = shutil.which("go")
+        if go is None:
+            raise BuildError(f"{self.version_of}'s source (its CRDs) comes from the Go module cache: install Go")
+        env = dict(os.environ, GOTOOLCHAIN="local")
+        env.pop("GOFLAGS", None)
+        target = f"{self.version_of}@{self.version()}"
+        out = subprocess.run([go, "mod", "download", "-json", target], cwd=self.directory, env=env,
+                             capture_output=True, text=True, timeout=600)
+        try:
+            directory = json.loads(out.stdout).get("Dir")
+        except ValueError:
+            directory = None
+        if out.returncode != 0 or not directory:
+            raise BuildError(f"cannot download {target}: {out.stderr or out.stdout}")
+        return Path(directory)
 
     def cache_dir(self) -> Path:
         return cache_root() / "bin" / f"{self.cache_name}-{self.version()}"

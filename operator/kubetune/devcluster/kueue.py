@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from kubetune.devcluster import certs, processes
+from kubetune.devcluster.crds import install_crds
 from kubetune.devcluster.gobuild import Log
 from kubetune.devcluster.kueue_build import crd_files, ensure_kueue, kueue_source
 
@@ -133,7 +134,7 @@ class KueueManager(processes.HostProcess):
             (kueue_source() / "config" / "components" / "webhook" / "manifests.yaml").read_text()) if d]
         from kubernetes import config as kube_config
         with kube_config.new_client_from_config(config_file=str(self.kubeconfig)) as api:
-            _apply_crds(api, crds(base_url, ca_bundle))
+            install_crds(api, documents=crds(base_url, ca_bundle))
             _ensure_namespace(api, NAMESPACE)
             # the manager first, then the webhooks: a webhook registered before its server
             # listens would refuse every pod created meanwhile
@@ -191,28 +192,6 @@ def _ensure_metrics_cert(scratch: Path) -> None:
     except PermissionError as error:
         raise RuntimeError(f"Kueue's manager loads a metrics certificate from {METRICS_CERT_DIR} and exits "
                            f"without one; create it as root (or run as root): {error}") from error
-
-
-def _apply_crds(api_client, documents: list[dict[str, Any]], timeout: float = 60.0) -> None:
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-    extensions = client.ApiextensionsV1Api(api_client)
-    for crd in documents:
-        try:
-            extensions.create_custom_resource_definition(crd)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            current = extensions.read_custom_resource_definition(crd["metadata"]["name"])
-            crd = dict(crd, metadata=dict(crd["metadata"], resourceVersion=current.metadata.resource_version))
-            extensions.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-    deadline = time.monotonic() + timeout
-    for crd in documents:
-        while not any(c.type == "Established" and c.status == "True" for c in
-                      extensions.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or []):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {crd['metadata']['name']} not Established after {timeout:.0f}s")
-            time.sleep(0.1)
 
 
 def _ensure_namespace(api_client, name: str) -> None:

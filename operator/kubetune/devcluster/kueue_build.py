@@ -8,12 +8,9 @@ cache (``config/components/crd/bases``), so binary and CRDs are always one relea
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from kubetune.devcluster.gobuild import BuildError, GoModule, Log, env_paths
+from kubetune.devcluster.gobuild import GoModule, Log, env_paths
 
 KUEUE = GoModule(
     directory=Path(__file__).resolve().parent / "kueuemod",
@@ -33,21 +30,7 @@ def ensure_kueue(log: Log = print) -> Path:
 
 def kueue_source() -> Path:
     """The Kueue module's source tree in the Go module cache (downloaded if missing)."""
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError("Kueue's CRDs come from its Go module source: install Go")
-    env = dict(os.environ, GOTOOLCHAIN="local")
-    env.pop("GOFLAGS", None)
-    out = subprocess.run([go, "mod", "download", "-json", f"sigs.k8s.io/kueue@{KUEUE.version()}"],
-                         cwd=KUEUE.directory, env=env, capture_output=True, text=True, check=False)
-    import json
-    try:
-        directory = json.loads(out.stdout).get("Dir")
-    except ValueError:
-        directory = None
-    if out.returncode != 0 or not directory:
-        raise BuildError(f"cannot download sigs.k8s.io/kueue {KUEUE.version()}: {out.stderr or out.stdout}")
-    return Path(directory)
+    return KUEUE.source()
 
 
 def crd_files() -> list[Path]:

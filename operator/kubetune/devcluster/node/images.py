@@ -49,13 +49,20 @@ def digest(*parts: bytes | str) -> str:
     return hasher.hexdigest()[:16]
 
 
+def _in_build_context(path: Path) -> bool:
+    # what .dockerignore leaves out: `pip install -e` rewrites the egg-info, which must not
+    # rebuild the images (it did: every `make unit` after a pyproject.toml change)
+    return not any(part == "__pycache__" or part.endswith(".egg-info") for part in path.parts) \
+        and path.suffix != ".pyc"
+
+
 def tree_digest(root: Path, paths: Iterable[str]) -> str:
     """A hash of the named files and of every file under the named directories."""
     hasher = hashlib.sha256()
     for name in paths:
         path = root / name
         files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+            p for p in path.rglob("*") if p.is_file() and _in_build_context(p.relative_to(root)))
         for file in files:
             hasher.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
     return hasher.hexdigest()[:16]
