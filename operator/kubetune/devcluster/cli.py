@@ -99,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
                              log=_log).start(timeout=args.timeout)
             if args.kuberay:
                 from kubetune.devcluster.kuberay import KubeRay
-                KubeRay(plane, log=_log).start(timeout=args.timeout)
+                KubeRay(plane, log=_log).start(timeout=max(args.timeout, 300.0))
         except (ControlPlaneError, BuildError, RuntimeError, TimeoutError) as exc:
             _log(f"devcluster: start failed: {exc}")
             return 1
