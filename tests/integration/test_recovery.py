@@ -242,20 +242,31 @@ def test_ray_head_restart_relaunches_trials_from_checkpoints(kube_cluster, ray_r
 def test_pbt_exploits_and_explores_with_lineage_on_the_trials(operator, experiments_api, namespace, tmp_path):
     iterations = 12
     gate = tmp_path / "gate"
-    # PBT ranks a population that trains together. On a loaded machine the four workers
-    # can start seconds apart, and a trial that runs alone has no one to exploit, so
-    # every trial waits after iteration 2 until all four have got there.
+    # PBT ranks a population that trains together, and its decision must reach a trial
+    # before the trial ends. On a loaded machine the workers start seconds apart and the
+    # operator can lag behind 12 fast iterations, so the trials wait twice: after
+    # iteration 2 until all four have got there, and after iteration 3 until the first
+    # exploit has happened. With lr 0.01 the loss stays above 8.8 for 12 iterations and
+    # every other rate is below 7.1 from its first report: that trial is the bottom
+    # quarter at iteration 3, and exploits whichever trial leads.
     body = experiment("pbt", entrypoint=RESUMABLE, objective=LOSS,
-                      search_space={"lr": {"loguniform": [0.01, 0.9]}}, search={"algorithm": "random", "seed": 3},
+                      search_space={"lr": {"loguniform": [0.01, 0.9]}},
+                      search={"algorithm": "random", "seed": 3,
+                              "initialPoints": [{"lr": 0.3}, {"lr": 0.5}, {"lr": 0.7}, {"lr": 0.01}]},
                       scheduler={"type": "pbt", "maxIterations": iterations, "perturbationInterval": 3,
                                  "quantileFraction": 0.25, "resampleProbability": 0.0},
                       budget={"maxTrials": 4, "parallelism": 4},
                       trial={"config": {"iterations": iterations, "interval": 0.15,
-                                        "hold_at": 2, "gate": str(gate)}})
+                                        "hold_at": [2, 3], "gate": str(gate)}})
     create(experiments_api, namespace, body)
-    wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(experiments_api, namespace, "pbt")]
-             == [2] * 4, timeout=90, message="all four trials to wait after iteration 2")
-    gate.touch()
+
+    def iterations_reached() -> list:
+        return sorted((t.get("status") or {}).get("iteration") or 0 for t in trials(experiments_api, namespace, "pbt"))
+    wait_for(lambda: iterations_reached() == [2] * 4, timeout=90, message="all four trials to wait after iteration 2")
+    (tmp_path / "gate.2").touch()
+    wait_for(lambda: any((t.get("status") or {}).get("lineage") for t in trials(experiments_api, namespace, "pbt")),
+             timeout=90, message="the lr 0.01 trial to exploit the leader at iteration 3")
+    (tmp_path / "gate.3").touch()
     wait_condition(experiments_api, namespace, "pbt", "Succeeded", timeout=90, operator=operator)
     items = {t["metadata"]["name"]: t for t in trials(experiments_api, namespace, "pbt")}
     exploited = [t for t in items.values() if t["status"].get("lineage")]

@@ -18,7 +18,8 @@ Config (all optional): ``lr`` (0.1), ``v0`` (10), ``iterations`` (20), ``interva
 ``fail_attempts`` (default ``[0]``; ``"all"``: every attempt) of the trials whose
 ``lr`` is ``fail_lr`` (default: every trial), ``hold_at`` and ``gate``
 (after iteration ``hold_at``, wait until the file ``gate`` exists or a stop or pause
-is asked for).
+is asked for; with a list of iterations, after each iteration ``k`` wait for the file
+``<gate>.<k>``).
 """
 from __future__ import annotations
 
@@ -54,7 +55,13 @@ def train(config: dict) -> None:
     fail_attempts = config.get("fail_attempts", [0])
     if config.get("fail_lr") is not None and float(config["fail_lr"]) != lr:
         fail_at = None
-    hold_at = config.get("hold_at")
+    holds = config.get("hold_at")
+    if holds is None:
+        gates = {}
+    elif isinstance(holds, list):
+        gates = {int(k): f"{config['gate']}.{int(k)}" for k in holds}
+    else:
+        gates = {int(holds): config["gate"]}
     context = get_context()
     i, v = 0, float(config.get("v0", 10.0))
     restored = kubetune.get_checkpoint()
@@ -66,8 +73,8 @@ def train(config: dict) -> None:
         raise RuntimeError(f"the checkpoint holds iteration {i}, but the trial resumes "
                            f"after iteration {context.start_iteration}")
     while i < iterations:
-        if hold_at is not None and i == int(hold_at):
-            hold(config["gate"])
+        if i in gates:
+            hold(gates[i])
         elif interval:
             time.sleep(interval)
         i, v = i + 1, step(v, lr)
