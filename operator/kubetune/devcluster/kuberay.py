@@ -13,10 +13,7 @@ creates, and only a real node (``devcluster.node``) runs them.
 """
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -50,61 +47,45 @@ def crd_documents() -> list[dict]:
     return [yaml.load((bases / name).read_text(), Loader=loader) for name in CRD_FILES]
 
 
-class KubeRay:
+class KubeRay(processes.HostProcess):
+    name = "kuberay-operator"
+    log_name = "kuberay-operator.log"
+    record_name = "kuberay.json"
+    exited_error = timeout_error = KubeRayError
+
     def __init__(self, plane, *, log: Log = print):
+        super().__init__(plane.kubeconfig, plane.state_dir / "kuberay", die_with_parent=plane.die_with_parent, log=log)
         self.plane = plane
-        self.dir = plane.state_dir / "kuberay"
-        self.log = log
-        self.record: processes.ProcessRecord | None = None
-        self._popen: subprocess.Popen | None = None
 
     def start(self, timeout: float = 300.0) -> "KubeRay":
         """Install the CRDs and start the operator; ``timeout`` covers both: 3 MB of CRDs
         took the apiserver 20-100 s at load 15-30 (measured), the operator ~1 s more."""
         binary = KUBERAY.ensure(["ray-operator"], self.log)["ray-operator"]
         started = time.monotonic()
-        self.dir.mkdir(parents=True, exist_ok=True)
         with self.plane.api_client() as api:
             install_crds(api, documents=crd_documents(), timeout=timeout)
         probe_port = processes.free_port()
-        self.record, self._popen = processes.spawn("kuberay-operator", [
+        self._spawn([
             str(binary), f"--kubeconfig={self.plane.kubeconfig}",
             f"--metrics-addr=127.0.0.1:{processes.free_port()}",
             f"--health-probe-bind-address=127.0.0.1:{probe_port}",
             "--enable-leader-election=false", "--log-stdout-encoder=console",
-        ], self.dir / "kuberay-operator.log", die_with_parent=self.plane.die_with_parent)
-        (self.dir / "kuberay.json").write_text(json.dumps(self.record.to_dict()))
-        deadline = started + timeout
-        while not self._ready(probe_port):
-            if not self.record.is_alive():
-                raise KubeRayError(f"the KubeRay operator exited:\n{self.record.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise KubeRayError(f"the KubeRay operator not ready after {timeout:.0f}s:\n{self.record.log_tail()}")
-            time.sleep(0.2)
+        ])
+        try:
+            self.wait_until(started + timeout, lambda: processes.http_ok(f"http://127.0.0.1:{probe_port}/readyz"),
+                            "ready (/readyz)")
+        except KubeRayError:
+            self.stop()
+            raise
         self.log(f"kuberay: operator {KUBERAY.version()} Ready in {time.monotonic() - started:.1f}s")
         return self
-
-    @staticmethod
-    def _ready(port: int) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
 
     @classmethod
     def attach(cls, plane, log: Log = print) -> "KubeRay | None":
         """The operator recorded in ``plane``'s state directory (``devcluster down``), if any."""
         kuberay = cls(plane, log=log)
-        try:
-            kuberay.record = processes.ProcessRecord.from_dict(
-                json.loads((kuberay.dir / "kuberay.json").read_text()))
-        except (OSError, ValueError):
-            return None
-        return kuberay
+        return kuberay if kuberay._load_record() else None
 
     def stop(self) -> None:
         """Stop the operator (before the node: it would recreate the Ray pods being deleted)."""
-        if self.record is not None:
-            processes.stop(self.record, self._popen)
+        super().stop()

@@ -32,11 +32,9 @@ in ``kube-system`` and ``kueue-system`` are left alone, as Kueue's own install d
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +113,10 @@ def crds(base_url: str, ca_bundle: str) -> list[dict[str, Any]]:
 class KueueManager(processes.HostProcess):
     """One Kueue manager process for the control plane of ``kubeconfig``."""
 
+    name = "kueue"
+    log_name = "kueue.log"
+    record_name = RECORD
+    log_lines = 40
     health_port = 0
 
     def start(self, timeout: float = 120.0) -> "KueueManager":
@@ -138,44 +140,19 @@ class KueueManager(processes.HostProcess):
             _ensure_namespace(api, NAMESPACE)
             # the manager first, then the webhooks: a webhook registered before its server
             # listens would refuse every pod created meanwhile
-            self.record, self._popen = processes.spawn(
-                "kueue", [str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}"],
-                self.state_dir / "kueue.log", die_with_parent=self.die_with_parent)
-            (self.state_dir / RECORD).write_text(json.dumps(self.record.to_dict()))   # for `devcluster down`
+            self._spawn([str(binary), f"--config={config}", f"--kubeconfig={self.kubeconfig}"])
             deadline = time.monotonic() + timeout
-            self._wait(deadline, self._ready, "ready (/readyz)")
+            self.wait_until(deadline, lambda: processes.http_ok(f"http://127.0.0.1:{self.health_port}/readyz"),
+                            "ready (/readyz)")
             _apply_webhooks(api, webhook_configurations(manifests, base_url, ca_bundle))
-            self._wait(deadline, lambda: _webhook_answers(api), "answering its webhooks")
+            self.wait_until(deadline, lambda: _webhook_answers(api), "answering its webhooks")
         return self
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def _wait(self, deadline: float, check, what: str) -> None:
-        while not check():
-            if self._popen is not None and self._popen.poll() is not None:
-                raise RuntimeError(f"kueue exited with code {self._popen.returncode}:\n{self.record.log_tail(40)}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"kueue not {what}:\n{self.record.log_tail(40) if self.record else ''}")
-            time.sleep(0.2)
 
     @classmethod
     def attach(cls, state_dir: str | Path, log: Log = print) -> "KueueManager | None":
         """The manager `devcluster up --kueue` started in ``state_dir``; None if none."""
-        path = Path(state_dir) / RECORD
-        if not path.is_file():
-            return None
         manager = cls(Path(state_dir).parent / "kubeconfig", state_dir, die_with_parent=False, log=log)
-        manager.record = processes.ProcessRecord.from_dict(json.loads(path.read_text()))
-        return manager
-
-    def stop(self) -> None:
-        super().stop()
-        (self.state_dir / RECORD).unlink(missing_ok=True)
+        return manager if manager._load_record() else None
 
 
 def _ensure_metrics_cert(scratch: Path) -> None:

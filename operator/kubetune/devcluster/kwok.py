@@ -211,6 +211,9 @@ STAGES = yaml.dump_all([
 class FakeNodes(processes.HostProcess):
     """A kwok process managing the nodes labelled ``type=kwok`` of a control plane."""
 
+    name = "kwok"
+    log_name = "kwok.log"
+
     def start(self) -> "FakeNodes":
         binary = ensure_kwok(self.log)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -220,14 +223,14 @@ class FakeNodes(processes.HostProcess):
         with kube_config.new_client_from_config(config_file=str(self.kubeconfig)) as api:
             install_logs_crd(api)
         kubelet_port = processes.free_port()
-        self.record, self._popen = processes.spawn("kwok", [
+        self._spawn([
             str(binary), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
             f"--manage-nodes-with-label-selector={NODE_LABEL}={NODE_LABEL_VALUE}",
             # kwok's kubelet endpoint (container logs, kwok_logs.py), where the kube-apiserver
             # looks for it: the nodes' InternalIP and kubelet port
             "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
             f"--server-address=127.0.0.1:{kubelet_port}", f"--node-port={kubelet_port}", "--enable-crds=Logs",
-        ], self.state_dir / "kwok.log", die_with_parent=self.die_with_parent)
+        ])
         return self
 
     def add_node(self, api_client: Any, name: str, capacity: Mapping[str, str], timeout: float = 30.0) -> None:
@@ -240,15 +243,9 @@ class FakeNodes(processes.HostProcess):
                          "annotations": {"kwok.x-k8s.io/node": "fake"}},
             "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
         })
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def ready() -> bool:
             node = core.read_node(name)
             conditions = {c.type: c.status for c in node.status.conditions or []}
-            if conditions.get("Ready") == "True" and node.status.allocatable:
-                return
-            if self._popen is not None and self._popen.poll() is not None:
-                raise RuntimeError(f"kwok exited with code {self._popen.returncode}:\n{self.record.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"fake node {name} not Ready after {timeout:.0f}s:\n"
-                                   f"{self.record.log_tail() if self.record else ''}")
-            time.sleep(0.1)
+            return conditions.get("Ready") == "True" and bool(node.status.allocatable)
+        self.wait_until(time.monotonic() + timeout, ready, f"fake node {name} Ready", interval=0.1)

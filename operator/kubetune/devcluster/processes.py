@@ -7,11 +7,13 @@ another program.  Each record also keeps the process's start time (from
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -141,10 +143,30 @@ def _wait_gone(record: ProcessRecord, proc: subprocess.Popen | None, timeout: fl
     return not record.is_alive()
 
 
+def http_ok(url: str) -> bool:
+    """``url`` answers 200 (a component's /readyz on loopback)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:   # refused, timed out, or an HTTPError (not ready yet)
+        return False
+
+
 class HostProcess:
     """One helper process a control plane runs beside it on the host (kwok, Kueue's
-    manager): its kubeconfig, a state directory for its config and log, and the record
-    ``stop`` goes by.  Subclasses start it with ``spawn`` into ``record``/``_popen``."""
+    manager, the KubeRay operator): its kubeconfig, a state directory for its config,
+    log and record, and the one start/wait/stop/log-tail implementation they share.
+
+    ``start`` (a subclass's) calls ``_spawn`` and then ``wait_until``; ``attach`` finds a
+    process ``devcluster up`` left running through the record in ``state_dir``."""
+
+    name = "process"                  # in messages and the record
+    log_name = "process.log"          # in state_dir
+    record_name: str | None = None    # in state_dir, for `devcluster down`; None: not recorded
+    log_lines = 25                    # of the log in an error
+    # what ``wait_until`` raises when the process exits, or the deadline passes
+    exited_error: type[Exception] = RuntimeError
+    timeout_error: type[Exception] = TimeoutError
 
     def __init__(self, kubeconfig: str | Path, state_dir: str | Path, *, die_with_parent: bool = True,
                  log: Callable[[str], None] = print) -> None:
@@ -155,7 +177,45 @@ class HostProcess:
         self.record: ProcessRecord | None = None
         self._popen: subprocess.Popen | None = None
 
+    def _spawn(self, argv: list[str]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.record, self._popen = spawn(self.name, argv, self.state_dir / self.log_name,
+                                         die_with_parent=self.die_with_parent)
+        if self.record_name is not None:
+            (self.state_dir / self.record_name).write_text(json.dumps(self.record.to_dict()))
+
+    def _load_record(self) -> bool:
+        """Read the record ``_spawn`` wrote (another process started it); False if none."""
+        if self.record_name is None:
+            return False
+        try:
+            self.record = ProcessRecord.from_dict(json.loads((self.state_dir / self.record_name).read_text()))
+        except (OSError, ValueError, TypeError):
+            return False
+        return True
+
+    def log_tail(self) -> str:
+        return self.record.log_tail(self.log_lines) if self.record is not None else "(not started)"
+
+    def exited(self) -> bool:
+        if self._popen is not None:
+            return self._popen.poll() is not None
+        return self.record is None or not self.record.is_alive()
+
+    def wait_until(self, deadline: float, check: Callable[[], bool], what: str, *, interval: float = 0.2) -> None:
+        """Poll ``check`` until it holds; raise ``exited_error`` as soon as the process is
+        gone (its log tail says why), ``timeout_error`` after ``deadline`` (monotonic)."""
+        while not check():
+            if self.exited():
+                code = f" with code {self._popen.returncode}" if self._popen is not None else ""
+                raise self.exited_error(f"{self.name} exited{code} while waiting until {what}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise self.timeout_error(f"{self.name}: not {what} in time:\n{self.log_tail()}")
+            time.sleep(interval)
+
     def stop(self) -> None:
         if self.record is not None:
             stop(self.record, self._popen)
             self.record = None
+        if self.record_name is not None:
+            (self.state_dir / self.record_name).unlink(missing_ok=True)
