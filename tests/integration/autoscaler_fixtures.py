@@ -33,7 +33,7 @@ import pytest
 from kube_fixtures import temporary_namespace, wait_for
 from kubetune.devcluster.processes import free_port
 from operator_fixtures import OperatorProcess
-from ray_fixtures import RAY_ENV, use_test_auth_token
+from ray_fixtures import RAY_ENV, use_test_auth_token, wait_for_head
 
 __all__ = ["RayHead", "autoscaling_ray", "scaled_down", "module_namespace", "autoscaling_operator"]
 
@@ -118,14 +118,8 @@ class RayHead:
         log_path = self.temp_dir / "head.log"
         self.process = subprocess.Popen(command, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"ray start exited with {self.process.returncode}: "
-                                   + log_path.read_text()[-3000:])
-            if "This command will now block" in log_path.read_text():
-                return self
-            time.sleep(0.1)
+        if wait_for_head(self.process, log_path, timeout_s):
+            return self
         self.stop()
         raise RuntimeError("the Ray head did not come up in time: " + log_path.read_text()[-3000:])
 

@@ -65,17 +65,23 @@ def start_ray_head(num_cpus: int = 8, num_gpus: int = 4, timeout_s: float = 180.
          f"--temp-dir={temp_dir}", *([f"--resources={json.dumps(resources)}"] if resources else [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     address = f"127.0.0.1:{port}"
+    if not wait_for_head(process, temp_dir / "head.log", timeout_s):
+        stop_ray_head(process)
+        raise RuntimeError("the Ray head did not come up in time: " + (temp_dir / "head.log").read_text()[-3000:])
+    return process, address, temp_dir
+
+
+def wait_for_head(process: subprocess.Popen, log_path: Path, timeout_s: float) -> bool:
+    """Wait until ``ray start --head --block`` says it is up (True) or ``timeout_s`` passes
+    (False: the caller ends what it started); RuntimeError at once if it exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"ray start exited with {process.returncode}: "
-                               + (temp_dir / "head.log").read_text()[-3000:])
-        if "This command will now block" in (temp_dir / "head.log").read_text():
-            return process, address, temp_dir
+            raise RuntimeError(f"ray start exited with {process.returncode}: " + log_path.read_text()[-3000:])
+        if "This command will now block" in log_path.read_text():
+            return True
         time.sleep(0.1)
-    stop_ray_head(process)
-    raise RuntimeError("the Ray head did not come up in time: "
-                       + (temp_dir / "head.log").read_text()[-3000:])
+    return False
 
 
 def stop_ray_head(process: subprocess.Popen) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 
 import pytest
@@ -14,6 +13,7 @@ from kubetune.examples.quadratic import bowl
 from kubetune.executors.base import (LaunchRequest, RayUnavailableError, ResourceShape,
                                      TrialState)
 from kubetune.executors.ray.executor import ACTOR_PREFIX, RayExecutor, actor_name
+from kube_fixtures import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,16 +21,6 @@ QUADRATIC = "kubetune.examples.quadratic:train"
 FLAKY = "kubetune.examples.flaky:train"
 SLEEPY = "kubetune.examples.sleepy:train"
 SMALL = ResourceShape(cpu=0.5)
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Tracker:
@@ -56,7 +46,7 @@ class Tracker:
 
     def until(self, key: str, predicate, timeout: float = 60.0):
         return wait_for(lambda: predicate(self.poll(key)[key]) and self.last[key],
-                        timeout, f"{key}: {self.last.get(key)}")
+                        timeout=timeout, message=f"{key}: {self.last.get(key)}")
 
     def until_done(self, key: str, timeout: float = 60.0):
         return self.until(key, lambda u: u.state.is_terminal, timeout)
@@ -88,7 +78,7 @@ def test_history_equals_what_the_functions_reported(executor, experiment):
         executor.start(launch(key, QUADRATIC, config))
     tracker = Tracker(executor)
     wait_for(lambda: all(u.state.is_terminal for u in tracker.poll(*params).values()),
-             what="all trials ending")
+             timeout=60, message="all trials ending")
     for key, config in params.items():
         assert tracker.last[key].state is TrialState.COMPLETED
         expected = [bowl(config["x"], config["y"]) + 1.0 / i for i in range(1, 6)]
@@ -182,7 +172,7 @@ def test_a_checkpoint_is_persisted_and_restored_on_relaunch(ray_local, experimen
     # 3 is kept while the operator may still resume from it; ending the trial trims it
     executor.stop(key)
     wait_for(lambda: sorted(os.listdir(trial_dir)) == ["checkpoint-000004", "checkpoint-000005"],
-             what="retention to keep the latest two")
+             timeout=60, message="retention to keep the latest two")
 
 
 def test_a_killed_worker_process_shows_as_missing(ray_local, experiment):
@@ -210,14 +200,14 @@ def test_several_bundles_get_a_placement_group(ray_local, experiment):
         return next((g for g in ray.util.placement_group_table().values()
                      if g["name"] == info.placement_group), None)
 
-    wait_for(lambda: group()["state"] == "CREATED", what="placement group created")
+    wait_for(lambda: group()["state"] == "CREATED", timeout=60, message="placement group created")
     assert list(group()["bundles"].values()) == [{"CPU": 1.0}] * 2, group()["bundles"]
     Tracker(executor).until(key, lambda u: u.results)
     executor.stop(key)
-    wait_for(lambda: group()["state"] == "REMOVED", what="placement group removed")
+    wait_for(lambda: group()["state"] == "REMOVED", timeout=60, message="placement group removed")
     wait_for(lambda: actor_name(key)[len(ACTOR_PREFIX):] not in
              [a["name"][len(ACTOR_PREFIX):] for a in ray.util.list_named_actors(True)],
-             what="actor gone")
+             timeout=60, message="actor gone")
 
 
 def test_logs_hold_what_the_function_printed(ray_local, experiment):
@@ -301,4 +291,4 @@ def test_an_idle_worker_nobody_uses_ends_itself(ray_local, experiment):
     executor.stop(key)                  # back to the idle pool; then the operator is gone
     del executor
     wait_for(lambda: info.actor_name not in [a["name"] for a in ray.util.list_named_actors(True)],
-             timeout=30, what="the idle worker ending itself")
+             timeout=30, message="the idle worker ending itself")

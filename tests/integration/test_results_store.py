@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, open_store
 from kubetune.results.writer import ResultsWriter
+from kube_fixtures import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -149,10 +150,8 @@ def test_a_database_outage_keeps_results_bounded_and_writes_them_later(postgres_
     writer = ResultsWriter(lambda: open_store(url), max_pending_results=100)
     writer.submit(experiment_batch())
     writer.submit(Batch(results=results("exp-uid-t0", range(150))))
-    deadline = time.monotonic() + 30
-    while writer.problem is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert writer.problem is not None and name in writer.problem
+    wait_for(lambda: writer.problem is not None, message="the writer to report the missing database")
+    assert name in writer.problem
     assert writer.dropped == 50
     postgres_server.create_database(name)
     assert writer.flush(timeout=60), writer.problem
