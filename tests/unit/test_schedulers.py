@@ -135,25 +135,40 @@ def test_hyperband_explains_the_bracket_and_never_stops_the_full_budget_bracket_
     assert all(brackets.values())                      # every bracket got trials
 
 
-def test_median_stops_below_the_median_of_completed_trials_after_grace():
-    spec = make_spec(scheduler={"type": "median", "maxIterations": 10, "gracePeriod": 4},
+def _one_at_a_time_with_grace_four(scheduler: dict, mode: str = "min"):
+    """16 trials of ``1/t + x`` (negated for ``max``), one at a time, under ``scheduler``
+    (``gracePeriod`` 4); returns the runner, its early stops by trial name, and the
+    rule replayed here: from the 4th trial on, ``cut(values)`` of the completed trials'
+    values at iteration 4, and which trials had a worse value there (name -> cut)."""
+    spec = make_spec(objective={"metric": "loss", "mode": mode},
+                     scheduler={"maxIterations": 10, "gracePeriod": 4, **scheduler},
                      budget={"maxTrials": 16, "parallelism": 1})
     runner = make_runner(spec)
-    sim = Simulator(runner, lambda p, t: 1.0 / t + p["x"])
+    sign = 1.0 if mode == "min" else -1.0
+    sim = Simulator(runner, lambda p, t: sign * (1.0 / t + p["x"]))
     sim.run()
-    # One trial at a time, so the rule can be replayed here: from the 4th trial on, stop
-    # at iteration 4 when 1/4 + x is worse than the median of the completed trials there.
-    completed, expected = [], {}
-    for trial in sorted(runner.trials.values(), key=lambda t: t.index):
-        at_four = 0.25 + trial.params["x"]
-        if len(completed) >= 3 and at_four > np.median(completed):
-            expected[trial.name] = np.median(completed)
-        else:
-            completed.append(at_four)
     stops = {d.name: d for d in of_type(sim.log, StopTrial) if d.reason == "EarlyStopped"}
+    for name in stops:
+        assert runner.trials[name].iteration == 4
+
+    def replay(cut) -> dict:
+        completed, expected = [], {}
+        for trial in sorted(runner.trials.values(), key=lambda t: t.index):
+            at_four = sign * (0.25 + trial.params["x"])
+            bound = cut(completed) if len(completed) >= 3 else None
+            if bound is not None and (at_four > bound if mode == "min" else at_four < bound):
+                expected[trial.name] = bound
+            else:
+                completed.append(at_four)
+        return expected
+    return stops, replay
+
+
+def test_median_stops_below_the_median_of_completed_trials_after_grace():
+    stops, replay = _one_at_a_time_with_grace_four({"type": "median"})
+    expected = replay(np.median)
     assert set(stops) == set(expected) and len(stops) >= 3
     for name, stop in stops.items():
-        assert runner.trials[name].iteration == 4
         assert stop.message.startswith(f"below median {expected[name]:.4g} of ")
         assert "completed trials at iteration 4: best loss so far" in stop.message
 
@@ -163,25 +178,10 @@ def test_percentile_keeps_the_top_fraction_of_completed_trials_after_grace(mode)
     """quantileFraction 0.25: from the 4th trial on, a trial whose value at iteration 4
     is outside the best quarter of the completed trials' values there is stopped (Optuna's
     PercentilePruner(25)); stricter than the median rule on the same trials."""
-    spec = make_spec(objective={"metric": "loss", "mode": mode},
-                     scheduler={"type": "percentile", "maxIterations": 10, "gracePeriod": 4, "quantileFraction": 0.25},
-                     budget={"maxTrials": 16, "parallelism": 1})
-    runner = make_runner(spec)
-    sign = 1.0 if mode == "min" else -1.0
-    sim = Simulator(runner, lambda p, t: sign * (1.0 / t + p["x"]))
-    sim.run()
-    completed, expected = [], {}
-    for trial in sorted(runner.trials.values(), key=lambda t: t.index):
-        at_four = sign * (0.25 + trial.params["x"])
-        cut = np.percentile(completed, 25 if mode == "min" else 75) if len(completed) >= 3 else None
-        if cut is not None and (at_four > cut if mode == "min" else at_four < cut):
-            expected[trial.name] = cut
-        else:
-            completed.append(at_four)
-    stops = {d.name: d for d in of_type(sim.log, StopTrial) if d.reason == "EarlyStopped"}
+    stops, replay = _one_at_a_time_with_grace_four({"type": "percentile", "quantileFraction": 0.25}, mode)
+    expected = replay(lambda values: np.percentile(values, 25 if mode == "min" else 75))
     assert set(stops) == set(expected) and len(stops) >= 6
     for name, stop in stops.items():
-        assert runner.trials[name].iteration == 4
         assert stop.message.startswith(f"outside the top 25% (cut {expected[name]:.4g}) of ")
 
 
