@@ -99,19 +99,31 @@ def test_example_through_the_operator_with_a_restart_then_a_warm_start(operator,
     column = [c["name"] for c in data["columnDefinitions"]].index("Front")
     assert data["rows"][0]["cells"][column] == done["status"]["paretoFront"]["size"]
 
-    # A second Experiment seeded by the first: its first point (a configuration the first
-    # one completed) is reused, not run; an Experiment that does not exist is reported.
+    # A second Experiment seeded by the first, searching the bounding box of the first's
+    # feasible front: its first point (a configuration the first one completed) is reused,
+    # not run; an Experiment that does not exist is reported.
     source = next(t for t in items if t["status"]["phase"] == "Succeeded")
     warm = copy.deepcopy(EXAMPLE)
     warm["metadata"]["name"] = "warm"
     warm["spec"]["budget"]["maxTrials"] = 3
     warm["spec"]["search"]["initialPoints"] = [source["spec"]["parameters"]]
-    warm["spec"]["warmStart"] = {"experiments": [name, "never-was"]}
+    warm["spec"]["warmStart"] = {"experiments": [name, "never-was"], "searchSpace": "boundingBox"}
     create(experiments_api, namespace, warm)
     done = wait_condition(experiments_api, namespace, "warm", "Succeeded", timeout=180, operator=operator)
     seeded = condition(done, "WarmStarted")
     assert seeded["status"] == "True" and "never-was" in seeded["message"]
-    assert f"{len(finished)} completed trials" in seeded["message"]
+    params = {t["metadata"]["name"]: t["spec"]["parameters"] for t in items}
+    spanning = [params[n] for n in expected_front(finished)] + [source["spec"]["parameters"]]
+    low = {p: min(s[p] for s in spanning) for p in ("lr", "depth")}
+    high = {p: max(s[p] for s in spanning) for p in ("lr", "depth")}
+    widths = {s["width"] for s in spanning}
+
+    def in_box(p):
+        return all(low[k] <= p[k] <= high[k] for k in low) and p["width"] in widths
+    inside = [n for n in finished if in_box(params[n])]
+    assert f"{len(inside)} completed trials" in seeded["message"]
+    assert f"bounding box of the best {len(expected_front(finished))} earlier trials" in seeded["message"]
+    assert all(in_box(t["spec"]["parameters"]) for t in trials(experiments_api, namespace, "warm"))
     reused = done["status"]["reusedTrials"]
     source_name = source["metadata"]["name"]
     assert reused["count"] >= 1 and reused["trials"][0] == {"trial": "warm-0", "source": f"{name}/{source_name}"}

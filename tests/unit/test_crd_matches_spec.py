@@ -13,7 +13,7 @@ import yaml
 
 from kubetune.core.schedulers import SCHEDULERS as SCHEDULER_CLASSES
 from kubetune.spec import SpecError, parse_experiment
-from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS
+from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, SCHEDULERS, WARM_START_SPACES
 from kubetune.spec.parse import TOP_LEVEL
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "experiment.yaml"
@@ -55,12 +55,14 @@ def with_value(path: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("path,names", [
     ("search.algorithm", ALGORITHMS), ("scheduler.type", SCHEDULERS), ("executor", EXECUTORS),
     ("trial.metricsCollector", METRICS_COLLECTORS), ("objective.mode", ("min", "max")),
+    ("warmStart.searchSpace", WARM_START_SPACES),
 ])
 def test_enums_are_the_same(path, names):
     assert tuple(field(path)["enum"]) == tuple(names)
     # a spec every name fits: a finite space (grid), an iteration cap (asha), a template (pod)
     base = {**MINIMAL, "searchSpace": {"x": {"choice": [1, 2]}}, "scheduler": {"maxIterations": 10},
-            "executor": "pod", "trial": {"template": {"spec": {"containers": [{"name": "t"}]}}}}
+            "executor": "pod", "trial": {"template": {"spec": {"containers": [{"name": "t"}]}}},
+            "warmStart": {"experiments": ["earlier"]}}
     for name in names:
         spec = copy.deepcopy(base)
         *parents, last = path.split(".")
@@ -108,6 +110,7 @@ MODEL: dict[str, Callable[[Any], Any]] = {
     "priority": lambda s: s.priority,
     "suspend": lambda s: s.suspend,
     "warmStart.maxTrials": lambda s: s.warm_start.max_trials,
+    "warmStart.searchSpace": lambda s: s.warm_start.search_space,
 }
 DESCRIBED_DEFAULT = re.compile(r"\bdefault (-?[0-9.]+|[a-z]+)\b")
 

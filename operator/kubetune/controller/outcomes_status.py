@@ -83,6 +83,8 @@ def warm_start_condition(outcomes: Outcomes | None, requested: bool) -> list[tup
     if outcomes is None or not requested:
         return []
     message = f"{outcomes.warm_start_used} completed trials of earlier Experiments seed the search"
+    if outcomes.warm_start_region:
+        message += "; " + outcomes.warm_start_region
     if outcomes.warm_start_skipped:
         message += (f"; {outcomes.warm_start_skipped} could not be used: "
                     + "; ".join(outcomes.warm_start_problems))[:MAX_TEXT_CHARS * 3]

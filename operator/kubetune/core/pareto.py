@@ -43,6 +43,7 @@ class Outcomes:
     warm_start_used: int = 0
     warm_start_problems: tuple[str, ...] = ()
     warm_start_skipped: int = 0
+    warm_start_region: str = ""                    # warmStart.searchSpace: boundingBox, in words
 
 
 def _loss(values, directions) -> list[float]:
@@ -75,7 +76,8 @@ def compute(runner: "TrialRunner") -> Outcomes:
                              for t in reused[:MAX_REUSED_LISTED]),
                 warm_start_used=searcher.warm_start_used,
                 warm_start_problems=tuple(searcher.warm_start_problems[:MAX_WARM_START_PROBLEMS]),
-                warm_start_skipped=len(searcher.warm_start_problems))
+                warm_start_skipped=len(searcher.warm_start_problems),
+                warm_start_region=searcher.warm_start_region)
     if not spec.multi_objective:
         return Outcomes(**base)
     study = searcher.study

@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 
 from kubetune.core.types import TrialPhase, TrialRecord
 from kubetune.core.values import judged
+from kubetune.core.warm_box import bounding_box
 from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, ExperimentSpec, Param, SpecError
 
 # Samplers whose Optuna implementation imports packages kubetune does not depend on.
@@ -197,12 +198,9 @@ class Searcher:
         self._spec = spec
         self._metric = spec.objective.metric
         self._study_name = study_name
-        self.distributions = {name: to_distribution(p) for name, p in spec.search_space.items()}
-        self._grid: dict[str, list[Any]] | None = None
-        if algorithm == "grid":
-            # GridSampler sorts names itself; build the same dict so restored trials carry
-            # the exact ``search_space`` attribute it compares against.
-            self._grid = {name: spec.search_space[name].grid_values() for name in sorted(spec.search_space)}
+        # what is searched: the spec's space, or the warm-start bounding box (_narrow_to_box)
+        self.space: dict[str, Param] = dict(spec.search_space)
+        self.distributions = {name: to_distribution(p) for name, p in self.space.items()}
         self._minimize = spec.objective.mode == "min"
         self.keep_step: Callable[[int], bool] | None = None     # set by a scheduler (median)
         self._ids: dict[str, int] = {}          # trial name -> storage id, finished ones too
@@ -218,7 +216,15 @@ class Searcher:
         # configuration -> its results, so an evaluated one is never run again
         self._evaluated: dict[tuple, Evaluated] = {}
         self._warm, self.warm_start_problems = self._compatible(warm_start)
+        self.warm_start_region = ""     # the bounding box searched, in words (WarmStarted condition)
+        if spec.warm_start is not None and spec.warm_start.search_space == "boundingBox":
+            self._narrow_to_box()
         self.warm_start_used = len(self._warm)
+        self._grid: dict[str, list[Any]] | None = None
+        if algorithm == "grid":
+            # GridSampler sorts names itself; build the same dict so restored trials carry
+            # the exact ``search_space`` attribute it compares against.
+            self._grid = {name: self.space[name].grid_values() for name in sorted(self.space)}
         self.study = self._new_study()
         self._enqueue_initial_points()
 
@@ -297,6 +303,22 @@ class Searcher:
                                         {k: v for k, v in warm.metrics.items() if objective_value(warm.metrics, k)
                                          is not None}))
         return usable, problems
+
+    def _narrow_to_box(self) -> None:
+        """Search only the box of the best warm-start trials (core/warm_box.py); the
+        warm-start trials outside it cannot be represented in it and are left out."""
+        box, why = bounding_box(self._spec, self._warm)
+        if box is None:
+            self.warm_start_region = why
+            return
+        self.space = box.space
+        self.distributions = {name: to_distribution(p) for name, p in self.space.items()}
+        inside = [w for w in self._warm
+                  if all(_contains(dist, w.params[name]) for name, dist in self.distributions.items())]
+        outside = len(self._warm) - len(inside)
+        self._warm = inside
+        self.warm_start_region = box.description + (
+            f"; {outside} earlier trials outside it do not seed the search" if outside else "")
 
     def _set_constraints(self, study: optuna.Study, trial_id: int, metrics: Mapping[str, Any]) -> None:
         """Optuna's per-trial constraint values (``Trial.set_constraint``'s keys, which
@@ -426,7 +448,7 @@ class Searcher:
 
     def resample(self, name: str, rng: random.Random) -> Any:
         """A fresh value for one parameter, independent of the study (PBT's explore step)."""
-        param = self._spec.search_space[name]
+        param = self.space[name]
         if param.kind == "uniform":
             return rng.uniform(param.low, param.high)
         if param.kind == "loguniform":

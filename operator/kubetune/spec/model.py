@@ -18,6 +18,7 @@ SCHEDULERS = ("fifo", "asha", "hyperband", "median", "percentile", "pbt")
 MULTI_OBJECTIVE_SCHEDULERS = ("fifo", "asha")
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
 EXECUTORS = ("ray", "pod")
+WARM_START_SPACES = ("full", "boundingBox")   # spec.warmStart.searchSpace
 METRICS_COLLECTORS = ("push", "stdout")   # executor pod: how a trial pod's results reach the operator
 
 
@@ -136,6 +137,8 @@ class WarmStart:
     """Earlier Experiments (same namespace) whose completed trials seed the search."""
     experiments: tuple[str, ...]
     max_trials: int = 1000
+    # full: the spec's searchSpace; boundingBox: the box of their best trials (core/warm_box.py)
+    search_space: str = "full"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    MULTI_OBJECTIVE_SCHEDULERS, SINGLE_OBJECTIVE_ALGORITHMS, Constraint, Objective, Param, SpecError, WarmStart,
+    MULTI_OBJECTIVE_SCHEDULERS, SINGLE_OBJECTIVE_ALGORITHMS, WARM_START_SPACES, Constraint, Objective, Param,
+    SpecError, WarmStart,
 )
 
 MAX_OBJECTIVES = 8
@@ -93,7 +94,7 @@ def warm_start(raw: Any) -> WarmStart | None:
     if raw is None:
         return None
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("experiments", "maxTrials"))
+    _only_keys(obj, path, ("experiments", "maxTrials", "searchSpace"))
     names = obj.get("experiments")
     if not isinstance(names, list) or not names:
         raise SpecError(f"{path}.experiments", "required: the names of earlier Experiments in this namespace")
@@ -102,7 +103,10 @@ def warm_start(raw: Any) -> WarmStart | None:
     for position, name in enumerate(names):
         if not isinstance(name, str) or len(name) > 63 or not _NAME.match(name):
             raise SpecError(f"{path}.experiments[{position}]", f"not an Experiment name: {name!r}")
-    return WarmStart(experiments=tuple(names), max_trials=_int(obj, "maxTrials", path, 1000, 1))
+    space = obj.get("searchSpace", "full")
+    if space not in WARM_START_SPACES:
+        raise SpecError(f"{path}.searchSpace", f"one of {', '.join(WARM_START_SPACES)} (got {space!r})")
+    return WarmStart(experiments=tuple(names), max_trials=_int(obj, "maxTrials", path, 1000, 1), search_space=space)
 
 
 def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, Any], ...]:

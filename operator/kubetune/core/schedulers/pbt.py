@@ -109,7 +109,8 @@ class PBTScheduler(TrialScheduler):
 
     def explore(self, params: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
         explored = {}
-        for name, param in self.spec.search_space.items():
+        # the searcher's space: a warm-start bounding box bounds exploration too
+        for name, param in self.searcher.space.items():
             if name not in params or rng.random() < self.resample_probability:
                 explored[name] = self.searcher.resample(name, rng)
             else:
