@@ -47,8 +47,9 @@ def check_front(status: dict, finished: dict[str, dict], params: dict[str, dict]
     assert "bestTrial" not in status
 
 
-def test_example_runs_with_kubetune_run(tmp_path):
-    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "RAY_USAGE_STATS_ENABLED": "0"}
+def test_example_runs_with_kubetune_run_and_its_front_is_plotted_from_the_results_store(tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "RAY_USAGE_STATS_ENABLED": "0",
+           "KUBETUNE_RESULTS_URL": f"sqlite:///{tmp_path / 'results.db'}"}
     completed = subprocess.run([sys.executable, "-m", "kubetune", "run", str(REPO / "examples" / "multi-objective.yaml"),
                                 "--output", "json"], capture_output=True, text=True, timeout=300, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -58,6 +59,16 @@ def test_example_runs_with_kubetune_run(tmp_path):
     for trial in summary["trials"]:
         if trial["phase"] == "Succeeded":
             assert ("infeasible" in trial) == (trial["lastMetrics"]["memory_gb"] > MEMORY_MAX)
+
+    # issue 19 item 5: the front and the hypervolume history, drawn from the results store
+    plotted = subprocess.run([sys.executable, "-m", "kubetune", "results", "multi-objective", "-n", "local",
+                              "--plot", str(tmp_path / "plots"), "--objectives", "loss:min:2.0,model_size:min:1.0",
+                              "--constraints", f"memory_gb:max:{MEMORY_MAX}", "-o", "csv"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    assert {"pareto.png", "hypervolume.png"} <= {p.name for p in (tmp_path / "plots").iterdir()}
+    [line] = [line for line in plotted.stderr.splitlines() if line.startswith("Pareto front:")]
+    assert set(line.split(": ", 2)[2].split(", ")) == expected_front(finished)
 
 
 def test_example_through_the_operator_with_a_restart_then_a_warm_start(operator, experiments_api, namespace):

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objectives", metavar="M:min|max[:REF],...", default=None,
                         help="with --plot, also draw pareto.png for these objectives (and hypervolume.png when "
                              "each has a reference), e.g. loss:min:2.0,model_size:min:1.0")
+    parser.add_argument("--constraints", metavar="M:max|min:V,...", default=None,
+                        help="with --objectives, the Experiment's constraints, e.g. memory_gb:max:2: infeasible "
+                             "trials are drawn as crosses and are never on the front nor in the hypervolume")
 
 
 def load(store, experiment: str, namespace: str | None, trial: str | None) -> Report:
@@ -57,6 +60,11 @@ def load(store, experiment: str, namespace: str | None, trial: str | None) -> Re
 
 
 def main(args: argparse.Namespace) -> int:
+    # options that would otherwise be ignored in silence
+    if args.objectives and not args.plot:
+        raise SystemExit("--objectives draws pareto.png and hypervolume.png: give --plot DIR too")
+    if args.constraints and not args.objectives:
+        raise SystemExit("--constraints applies to the Pareto front: give --objectives too")
     try:
         store = open_store(args.store or None, create=False)
     except FileNotFoundError as error:
@@ -69,8 +77,13 @@ def main(args: argparse.Namespace) -> int:
         from kubetune.results.plots import draw
         paths = draw(report, args.plot)
         if args.objectives:
-            from kubetune.results.pareto_plots import draw_pareto, parse_objectives
-            paths += draw_pareto(report, args.plot, parse_objectives(args.objectives))
+            from kubetune.results.pareto_plots import draw_pareto, pareto_front, parse_constraints, parse_objectives
+            objectives = parse_objectives(args.objectives)
+            constraints = parse_constraints(args.constraints) if args.constraints else []
+            paths += draw_pareto(report, args.plot, objectives, constraints)
+            front = list(pareto_front(report, objectives, constraints))
+            print(f"Pareto front: {len(front)} trials: {', '.join(front[:20])}"
+                  f"{' ...' if len(front) > 20 else ''}", file=sys.stderr)
         for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     try:

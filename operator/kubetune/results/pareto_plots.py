@@ -1,14 +1,15 @@
 """PNG plots for several objectives, from the stored results (``kubetune results EXP
---plot DIR --objectives loss:min:2.0,model_size:min:1.0``):
+--plot DIR --objectives loss:min:2.0,model_size:min:1.0 --constraints memory_gb:max:2``):
 
 - ``pareto.png``: every succeeded trial's final values of the first two objectives, the
-  non-dominated ones (Optuna's non-dominated sorting) in red, joined as a staircase;
+  feasible non-dominated ones (Optuna's non-dominated sorting) in red, joined as a
+  staircase; infeasible trials as crosses, never on the front;
 - ``hypervolume.png``: the front's hypervolume up to the reference point after k
-  succeeded trials (creation order), when every objective names its reference.
+  feasible succeeded trials (creation order), when every objective names its reference.
 
-The store keeps results, not the Experiment's spec, so the objectives are given on the
-command line, and ``spec.constraints`` are not applied here (the Experiment's
-``status.paretoFront`` leaves infeasible trials out)."""
+The store keeps results, not the Experiment's spec, so the objectives and constraints
+are given on the command line; with the Experiment's own, the front and the hypervolume
+are those of its ``status.paretoFront`` and ``status.hypervolume``."""
 from __future__ import annotations
 
 import math
@@ -20,6 +21,7 @@ from optuna.study._multi_objective import _is_pareto_front
 from kubetune.core.pareto import hypervolume_history
 from kubetune.results.export import Report
 from kubetune.results.plots import _save, _title
+from kubetune.spec.model import Constraint
 
 
 def parse_objectives(text: str) -> list[tuple[str, str, float | None]]:
@@ -39,15 +41,43 @@ def parse_objectives(text: str) -> list[tuple[str, str, float | None]]:
     return objectives
 
 
-def final_values(report: Report, metrics: list[str]) -> dict[str, list[float]]:
-    """Succeeded trial -> the last finite value it reported of each metric (trials that
-    lack one are left out), in creation order."""
+def parse_constraints(text: str) -> list[Constraint]:
+    """``metric:max|min:value,...`` -> the spec's constraints (a metric may appear twice)."""
+    bounds: dict[str, dict[str, float]] = {}
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or parts[1] not in ("max", "min") or not parts[0]:
+            raise SystemExit(f"--constraints: expected metric:max|min:value, e.g. memory_gb:max:2 (got {item!r})")
+        try:
+            bounds.setdefault(parts[0], {})[parts[1]] = float(parts[2])
+        except ValueError:
+            raise SystemExit(f"--constraints: the bound of {parts[0]} is not a number: {parts[2]!r}") from None
+    return [Constraint(metric=name, **bound) for name, bound in bounds.items()]
+
+
+def _latest(report: Report, metrics: list[str]) -> dict[str, dict[str, float]]:
+    """Trial UID -> the last finite value it reported of each metric."""
     latest: dict[str, dict[str, float]] = {}
     for result in sorted(report.results, key=lambda r: (r.trial_uid, r.seq)):
         for metric in metrics:
             value = result.metrics.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 latest.setdefault(result.trial_uid, {})[metric] = float(value)
+    return latest
+
+
+def infeasible(report: Report, constraints: list[Constraint]) -> set[str]:
+    """Names of the trials whose last value of a constraint metric breaks it (one never
+    reported, or not finite, breaks it: the operator's rule, ``Constraint.violation``)."""
+    latest = _latest(report, [c.metric for c in constraints])
+    return {t.name for t in report.trials
+            if any(c.violation(latest.get(t.uid, {}).get(c.metric)) > 0 for c in constraints)}
+
+
+def final_values(report: Report, metrics: list[str]) -> dict[str, list[float]]:
+    """Succeeded trial -> the last finite value it reported of each metric (trials that
+    lack one are left out), in creation order."""
+    latest = _latest(report, metrics)
     finals = {}
     for trial in sorted(report.trials, key=lambda t: t.index):
         values = latest.get(trial.uid, {})
@@ -56,7 +86,19 @@ def final_values(report: Report, metrics: list[str]) -> dict[str, list[float]]:
     return finals
 
 
-def draw_pareto(report: Report, directory: str | Path, objectives: list[tuple[str, str, float | None]]) -> list[Path]:
+def pareto_front(report: Report, objectives: list[tuple[str, str, float | None]],
+                 constraints: list[Constraint] = ()) -> dict[str, list[float]]:
+    """The feasible non-dominated succeeded trials -> their objective values."""
+    signs = [1.0 if mode == "min" else -1.0 for _, mode, _ in objectives]
+    broken = infeasible(report, list(constraints))
+    finals = {n: v for n, v in final_values(report, [m for m, _, _ in objectives]).items() if n not in broken}
+    losses = [[s * v for s, v in zip(signs, values)] for values in finals.values()]
+    on_front = _is_pareto_front(np.asarray(losses), assume_unique_lexsorted=False) if losses else []
+    return {name: values for (name, values), keep in zip(finals.items(), on_front) if keep}
+
+
+def draw_pareto(report: Report, directory: str | Path, objectives: list[tuple[str, str, float | None]],
+                constraints: list[Constraint] = ()) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -64,15 +106,19 @@ def draw_pareto(report: Report, directory: str | Path, objectives: list[tuple[st
     directory.mkdir(parents=True, exist_ok=True)
     metrics = [m for m, _, _ in objectives]
     signs = [1.0 if mode == "min" else -1.0 for _, mode, _ in objectives]
-    finals = final_values(report, metrics)
+    broken = infeasible(report, list(constraints))
+    every = final_values(report, metrics)
+    finals = {n: v for n, v in every.items() if n not in broken}
     losses = [[s * v for s, v in zip(signs, values)] for values in finals.values()]
-    on_front = _is_pareto_front(np.asarray(losses), assume_unique_lexsorted=False) if losses else []
-    front = sorted(values for values, keep in zip(finals.values(), on_front) if keep)
+    front = sorted(pareto_front(report, objectives, constraints).values())
 
     figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
     if finals:
         xs, ys = zip(*[(v[0], v[1]) for v in finals.values()])
         axes.scatter(xs, ys, color="tab:grey", alpha=0.6, label="succeeded trial")
+    if len(every) > len(finals):
+        xs, ys = zip(*[(v[0], v[1]) for n, v in every.items() if n in broken])
+        axes.scatter(xs, ys, color="tab:grey", marker="x", alpha=0.6, label=f"infeasible ({len(xs)})")
     if front:
         axes.step([v[0] for v in front], [v[1] for v in front], where="post" if signs[1] > 0 else "pre",
                   color="tab:red", linewidth=1)
@@ -91,7 +137,8 @@ def draw_pareto(report: Report, directory: str | Path, objectives: list[tuple[st
         figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
         if history:
             axes.plot([k for k, _ in history], [v for _, v in history], marker="o", color="tab:blue")
-        axes.set_xlabel("succeeded trials (creation order)")
+        axes.set_xlabel("feasible succeeded trials (creation order)" if constraints
+                        else "succeeded trials (creation order)")
         axes.set_ylabel("hypervolume")
         axes.set_title(_title(report, "hypervolume of the Pareto front"))
         paths.append(_save(figure, directory / "hypervolume.png"))
