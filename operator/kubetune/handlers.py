@@ -1,4 +1,7 @@
-"""kopf registration only: every handler routes to controller.operator_state."""
+"""kopf registration only: every handler routes to controller.operator_state.
+
+``register(settings)`` registers the handlers with the settings ``kubetune operator``
+built (settings.OperatorSettings); importing this module registers nothing."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +10,7 @@ import threading
 
 import kopf
 
-from kubetune import metrics, settings as operator_settings
+from kubetune import metrics
 from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import CleanupPending, OperatorState
 from kubetune.executors.pods.cluster import POD_EXECUTOR_OFF, PodSupport
@@ -16,6 +19,7 @@ from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
 from kubetune.results import open_store
 from kubetune.results.writer import ResultsWriter
+from kubetune.settings import OperatorSettings
 
 STATE: OperatorState | None = None
 RESULTS: ResultsWriter | None = None  # every result to the results store, from its own thread
@@ -25,29 +29,33 @@ PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint
 _PREPARED: dict = {}   # address -> an executor a standby connected ahead of leading
 
 
-def _new_executor(address: str):
+def _new_executor(address: str, lease_timeout_s: float):
     from kubetune.executors.ray.executor import RayExecutor   # Ray is imported only when needed
     # a running trial no controller has called for this long ends itself (0: never)
-    return RayExecutor(address, lease_timeout_s=operator_settings.current().trial_lease_seconds)
+    return RayExecutor(address, lease_timeout_s=lease_timeout_s)
 
 
-def _executor_factory(address: str):
-    return _PREPARED.pop(address, None) or _new_executor(address)
+def _executor_factory(chosen: OperatorSettings):
+    def factory(address: str):
+        return _PREPARED.pop(address, None) or _new_executor(address, chosen.trial_lease_seconds)
+    return factory
 
 
-def _driver_process(address: str):
+def _driver_process(chosen: OperatorSettings):
     """The executor of an address other than the operator's own: a Ray driver process
     of its own (executors/ray/process.py)."""
-    from kubetune.executors.ray.process import DriverProcess
-    return DriverProcess(address, {"lease_timeout_s": operator_settings.current().trial_lease_seconds})
+    def factory(address: str):
+        from kubetune.executors.ray.process import DriverProcess
+        return DriverProcess(address, {"lease_timeout_s": chosen.trial_lease_seconds})
+    return factory
 
 
-def prepare_executor(address: str) -> None:
+def prepare_executor(chosen: OperatorSettings) -> None:
     """Connect to Ray now (blocking: call it in a thread), for the cluster handle to take
     when this replica leads: a driver connection only, no actor is touched until then."""
-    executor = _new_executor(address)
+    executor = _new_executor(chosen.ray_address, chosen.trial_lease_seconds)
     executor.connect()
-    _PREPARED[address] = executor
+    _PREPARED[chosen.ray_address] = executor
     # the autoscaler's node types too (a task on the head: seconds on a loaded machine,
     # measured 2-24 s), so that the new leader's first capacity refresh waits for nothing;
     # in the background, not holding up the standby's bid for the Lease
@@ -67,75 +75,75 @@ def _event_poster(body):
     return post
 
 
-@kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global STATE, PODS, RESULTS
-    load_config()
-    settings.persistence.finalizer = "kubetune.dev/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
-    # a digest, not a copy of the spec: an annotation is limited to 256 KiB (k8s/diffbase.py)
-    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
-        prefix="kubetune.dev", key="last-handled-configuration")
-    settings.posting.level = logging.WARNING   # our own Events only; kopf's info logs stay in the log
-    settings.watching.server_timeout = 300
-    # kopf would watch every CRD (and, namespaced, every Namespace) to notice resources
-    # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
-    # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
-    settings.scanning.disabled = True
-    chosen = operator_settings.current()
-    pod_cluster = None
-    if chosen.pod_executor:   # off: nothing listens on the ingest port
-        PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
-                          namespace_opt_in=chosen.pod_namespace_opt_in)
-        pod_cluster = await PODS.start()
-    registry = ClusterRegistry(chosen.ray_address, _executor_factory, separate_factory=_driver_process,
-                               pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
-                               allow_local=chosen.allow_local_ray or not in_cluster())
-    # opened by the writer's thread: a database that is down at start delays the
-    # results (kept, retried), never the operator
-    RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
-    STATE = OperatorState(
-        registry,
-        store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
-                                                             uid=body.get("metadata", {}).get("uid")),
-        checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
-    metrics.watch_state(lambda: STATE)
-
-
-@kopf.daemon(GROUP, VERSION, EXPERIMENTS, cancellation_timeout=30.0)
-async def run_experiment(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **_) -> None:
-    controller = STATE.controller_for(namespace, name, body)
-    try:
-        await controller.run(stopped.is_set)
-    except Exception as error:   # kopf logs it and restarts the daemon; count it
-        metrics.reconcile_error(type(error).__name__)
-        raise
-
-
-@kopf.on.update(GROUP, VERSION, EXPERIMENTS, field="spec")
-async def spec_changed(namespace: str, name: str, **_) -> None:
-    STATE.wake(namespace, name)
-
-
-# An Experiment's finalizer stays until its trials are ended, retried every few seconds;
-# after CLEANUP_TIMEOUT_SECONDS kopf gives up and lets it go (the trials' own lease
-# then ends them: trainable/host.py). Each failed attempt is a Warning Event.
 CLEANUP_RETRY_SECONDS = 3.0
-CLEANUP_TIMEOUT_SECONDS = operator_settings.current().cleanup_timeout_seconds
 
 
-@kopf.on.delete(GROUP, VERSION, EXPERIMENTS, timeout=CLEANUP_TIMEOUT_SECONDS)
-async def experiment_deleted(namespace: str, name: str, body: kopf.Body, retry: int, **_) -> None:
-    try:
-        await STATE.delete(namespace, name, body)
-    except CleanupPending as error:
-        kopf.event(body, type="Warning", reason="CleanupPending", message=f"attempt {retry + 1}: {error}"[:1000])
-        raise kopf.TemporaryError(str(error), delay=CLEANUP_RETRY_SECONDS) from error
+def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = None) -> None:
+    """Register the operator's handlers (in kopf's default registry unless given one),
+    every one of them using ``chosen``."""
+    registry = registry or kopf.get_default_registry()
 
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_) -> None:
+        global STATE, PODS, RESULTS
+        load_config()
+        settings.persistence.finalizer = "kubetune.dev/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
+        # a digest, not a copy of the spec: an annotation is limited to 256 KiB (k8s/diffbase.py)
+        settings.persistence.diffbase_storage = DigestDiffBaseStorage(
+            prefix="kubetune.dev", key="last-handled-configuration")
+        settings.posting.level = logging.WARNING   # our own Events only; kopf's info logs stay in the log
+        settings.watching.server_timeout = 300
+        # kopf would watch every CRD (and, namespaced, every Namespace) to notice resources
+        # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
+        # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
+        settings.scanning.disabled = True
+        pod_cluster = None
+        if chosen.pod_executor:   # off: nothing listens on the ingest port
+            PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
+                              namespace_opt_in=chosen.pod_namespace_opt_in)
+            pod_cluster = await PODS.start()
+        clusters = ClusterRegistry(chosen.ray_address, _executor_factory(chosen),
+                                   separate_factory=_driver_process(chosen),
+                                   pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
+                                   allow_local=chosen.allow_local_ray or not in_cluster())
+        # opened by the writer's thread: a database that is down at start delays the
+        # results (kept, retried), never the operator
+        RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
+        STATE = OperatorState(
+            clusters,
+            store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
+                                                                 uid=body.get("metadata", {}).get("uid")),
+            checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
+        metrics.watch_state(lambda: STATE)
 
-@kopf.on.cleanup()
-async def stop_ingest_and_results(**_) -> None:
-    if PODS is not None:
-        await PODS.stop()
-    if RESULTS is not None:   # what the last cycles handed over
-        await asyncio.to_thread(RESULTS.close)
+    @kopf.daemon(GROUP, VERSION, EXPERIMENTS, cancellation_timeout=30.0, registry=registry)
+    async def run_experiment(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **_) -> None:
+        controller = STATE.controller_for(namespace, name, body)
+        try:
+            await controller.run(stopped.is_set)
+        except Exception as error:   # kopf logs it and restarts the daemon; count it
+            metrics.reconcile_error(type(error).__name__)
+            raise
+
+    @kopf.on.update(GROUP, VERSION, EXPERIMENTS, field="spec", registry=registry)
+    async def spec_changed(namespace: str, name: str, **_) -> None:
+        STATE.wake(namespace, name)
+
+    # An Experiment's finalizer stays until its trials are ended, retried every few seconds;
+    # after settings.cleanup_timeout_seconds kopf gives up and lets it go (the trials' own lease
+    # then ends them: trainable/host.py). Each failed attempt is a Warning Event.
+    @kopf.on.delete(GROUP, VERSION, EXPERIMENTS, timeout=chosen.cleanup_timeout_seconds, registry=registry)
+    async def experiment_deleted(namespace: str, name: str, body: kopf.Body, retry: int, **_) -> None:
+        try:
+            await STATE.delete(namespace, name, body)
+        except CleanupPending as error:
+            kopf.event(body, type="Warning", reason="CleanupPending", message=f"attempt {retry + 1}: {error}"[:1000])
+            raise kopf.TemporaryError(str(error), delay=CLEANUP_RETRY_SECONDS) from error
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_ingest_and_results(**_) -> None:
+        if PODS is not None:
+            await PODS.stop()
+        if RESULTS is not None:   # what the last cycles handed over
+            await asyncio.to_thread(RESULTS.close)

@@ -7,8 +7,8 @@ import asyncio
 import logging
 
 from kubetune.core.leadership import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
-from kubetune.settings import OperatorSettings, configure, env_fallback
-from kubetune.spec.pod_policy import ALLOWANCES, unknown_allowances
+from kubetune.settings import OperatorSettings, SettingError, env_fallback, from_args
+from kubetune.spec.pod_policy import ALLOWANCES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,23 +16,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--ray-address", default=env_fallback("KUBETUNE_RAY_ADDRESS", "local"),
                         help="default Ray cluster: local (embedded), auto, or ray://host:10001")
+    # environment fallbacks are kept as text here and checked by settings.from_args, so
+    # a bad value is an error naming the setting, and only for `kubetune operator`
     parser.add_argument("--allow-local-ray", action="store_true",
-                        default=env_fallback("KUBETUNE_ALLOW_LOCAL_RAY", "") not in ("", "0", "false"),
+                        default=env_fallback("KUBETUNE_ALLOW_LOCAL_RAY", ""),
                         help="inside a Kubernetes cluster, allow Ray address 'local' (trials then run in "
                              "the operator's pod, next to its ServiceAccount token); outside one it always is")
     parser.add_argument("--checkpoint-storage", default=env_fallback("KUBETUNE_CHECKPOINT_STORAGE", ""),
                         help="default checkpoint storage when an Experiment names none")
-    parser.add_argument("--trial-lease-seconds", type=float,
-                        default=float(env_fallback("KUBETUNE_TRIAL_LEASE_SECONDS", "900")),
+    parser.add_argument("--trial-lease-seconds",
+                        default=env_fallback("KUBETUNE_TRIAL_LEASE_SECONDS", "900"),
                         help="a running Ray trial that no operator has called for this long stops and frees "
                              "its resources (its controller is gone); 0: never. Longer than any operator outage "
                              "you want trials to outlive")
     parser.add_argument("--leader-election", action="store_true",
-                        default=env_fallback("KUBETUNE_LEADER_ELECTION", "") not in ("", "0", "false"),
+                        default=env_fallback("KUBETUNE_LEADER_ELECTION", ""),
                         help="run as one of several replicas: only the holder of a coordination.k8s.io Lease "
                              "drives Experiments; the others wait to take over")
     parser.add_argument("--lease-name", default="kubetune-operator", help="the Lease's name")
-    parser.add_argument("--lease-duration-seconds", type=float, default=LEASE_DURATION_S,
+    parser.add_argument("--lease-duration-seconds", default=LEASE_DURATION_S,
                         help="how long a standby waits after the leader's last renewal before it takes over "
                              "(the leader stops when it could not renew for 5/8 of it)")
     parser.add_argument("--lease-namespace", default="",
@@ -60,43 +62,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingest-url", default=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
                         help="URL trial pods reach that endpoint at (default: the kubetune-ingest Service "
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
-    # an env fallback too, so a PostgreSQL URL (with its password) can come from a Secret
-    parser.add_argument("--results-url", default=env_fallback("KUBETUNE_RESULTS_URL", ""),
+    # "": $KUBETUNE_RESULTS_URL (results.default_url, the one reader of that variable), so
+    # a PostgreSQL URL (with its password) can come from a Secret
+    parser.add_argument("--results-url", default="",
                         help="results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
                              "(default: sqlite:///~/.local/share/kubetune/results.db)")
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        chosen = from_args(args)    # the one settings object, handed to what needs it
+    except SettingError as error:
+        raise SystemExit(f"kubetune operator: {error}") from None
+    return run(chosen)
+
+
+def run(chosen: OperatorSettings) -> int:
     import kopf
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    allow = frozenset(name.strip() for item in args.pod_allow for name in item.split(",") if name.strip())
-    if unknown_allowances(allow):
-        raise SystemExit(f"--pod-allow: unknown {', '.join(unknown_allowances(allow))}; "
-                         f"known: {', '.join(ALLOWANCES)}")
-    configure(OperatorSettings(ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
-                               ingest_port=args.ingest_port, ingest_url=args.ingest_url,
-                               results_url=args.results_url, allow_local_ray=args.allow_local_ray,
-                               trial_lease_seconds=args.trial_lease_seconds,
-                               pod_executor=args.pod_executor, pod_allow=allow,
-                               pod_namespace_opt_in=args.pod_namespace_opt_in))
-    import kubetune.handlers  # noqa: F401  (registers the handlers)
+    from kubetune import handlers
 
-    async def run() -> None:
+    logging.basicConfig(level=chosen.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers.register(chosen)
+
+    async def serve() -> None:
         server = None
-        if args.metrics_port:
+        if chosen.metrics_port:
             from kubetune import metrics
-            server = await metrics.serve(args.metrics_port)
+            server = await metrics.serve(chosen.metrics_port)
         elector = health = None
         try:
-            if args.leader_election:
-                elector, health = await _lead(args)
+            if chosen.leader_election:
+                elector, health = await _lead(chosen)
             await kopf.operator(
                 # namespaces=[] (not None) when cluster-wide: kopf's namespace observer
                 # iterates it, and crashes (stopping the operator) on None
-                clusterwide=not args.namespace, namespaces=args.namespace,
+                clusterwide=not chosen.namespaces, namespaces=list(chosen.namespaces),
                 # with leader election, our own endpoint serves liveness in both roles
-                liveness_endpoint=None if elector else args.liveness or None, standalone=True)
+                liveness_endpoint=None if elector else chosen.liveness or None, standalone=True)
         finally:
             if elector is not None:
                 await elector.release()
@@ -104,11 +107,11 @@ def main(args: argparse.Namespace) -> int:
                 if runner is not None:
                     await runner.cleanup()
 
-    asyncio.run(run())
+    asyncio.run(serve())
     return 0
 
 
-async def _lead(args: argparse.Namespace):
+async def _lead(chosen: OperatorSettings):
     """Wait (a standby) until this replica holds the Lease; returns (elector, health server)."""
     import importlib
     import os
@@ -120,20 +123,20 @@ async def _lead(args: argparse.Namespace):
 
     log = logging.getLogger("kubetune.leader")
     load_config()
-    namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE") or (args.namespace or ["default"])[0]
-    identity = args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    duration = args.lease_duration_seconds
-    elector = LeaderElector(namespace, args.lease_name, identity, lease_duration_s=duration,
+    namespace = chosen.lease_namespace or os.environ.get("POD_NAMESPACE") or (chosen.namespaces or ("default",))[0]
+    identity = chosen.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    duration = chosen.lease_duration_seconds
+    elector = LeaderElector(namespace, chosen.lease_name, identity, lease_duration_s=duration,
                             renew_deadline_s=duration * RENEW_DEADLINE_S / LEASE_DURATION_S,
                             retry_period_s=duration * RETRY_PERIOD_S / LEASE_DURATION_S)
     health = None
-    if args.liveness:
-        url = urlparse(args.liveness)
+    if chosen.liveness:
+        url = urlparse(chosen.liveness)
         health = await serve_health(url.port or 8080, url.path or "/healthz", lambda: elector.leading)
     # what a new leader needs first, loaded while it waits: failover is not an import away
     await asyncio.to_thread(importlib.import_module, "kubetune.executors.ray.executor")
-    if args.ray_address != "local":    # and connected: the executor the leader will use
-        await asyncio.to_thread(_connect_ray, args.ray_address, log)
+    if chosen.ray_address != "local":    # and connected: the executor the leader will use
+        await asyncio.to_thread(_connect_ray, chosen, log)
     await elector.acquire()
 
     def lost(why: str) -> None:
@@ -146,10 +149,10 @@ async def _lead(args: argparse.Namespace):
     return elector, health
 
 
-def _connect_ray(address: str, log: logging.Logger) -> None:
+def _connect_ray(chosen: OperatorSettings, log: logging.Logger) -> None:
     """A standby's Ray connection, in the executor the leader will use."""
     from kubetune.handlers import prepare_executor
     try:
-        prepare_executor(address)
+        prepare_executor(chosen)
     except Exception as error:  # noqa: BLE001 - the leader connects (and reports) on its own
-        log.warning("standby: cannot connect to Ray at %s yet: %s", address, error)
+        log.warning("standby: cannot connect to Ray at %s yet: %s", chosen.ray_address, error)

@@ -1,20 +1,28 @@
-"""The operator's settings: command-line flags, with environment fallbacks only under
-names no Kubernetes Service can produce.
+"""The operator's settings: one frozen ``OperatorSettings``, built once by
+``kubetune operator`` (operator_main.py) from its flags and passed explicitly to what
+needs it (handlers.register); nothing reads them from the process environment later.
 
+Flags have environment fallbacks only under names no Kubernetes Service can produce.
 The kubelet injects service-link variables for every Service of a pod's namespace
 (unless the pod sets ``enableServiceLinks: false``): a Service ``kubetune-metrics``
 defines ``KUBETUNE_METRICS_PORT=tcp://10.0.0.235:8080``, ``KUBETUNE_METRICS_SERVICE_HOST``,
 ``KUBETUNE_METRICS_PORT_8080_TCP_ADDR`` and so on.  An operator setting read from such a
 name is overwritten by whatever Service happens to exist, so ``env_fallback`` refuses
-those names outright, and the chosen settings reach the handlers through ``configure``
-rather than through the process environment.
+those names outright.
+
+Imports: the standard library, spec/ and core/ only (pure).
 """
 from __future__ import annotations
 
+import logging
+import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping
+
+from kubetune.core.leadership import LEASE_DURATION_S
+from kubetune.spec.pod_policy import ALLOWANCES, unknown_allowances
 
 # <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT[_<NAME>], <SVC>_PORT[_<N>_<PROTO>[_PROTO|_PORT|_ADDR]]
 SERVICE_LINK_NAME = re.compile(
@@ -35,34 +43,110 @@ def env_fallback(name: str, default: str, environ: Mapping[str, str] | None = No
     return environ.get(name) or default
 
 
+class SettingError(ValueError):
+    """A setting's value is not valid; the message names the setting (its flag)."""
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
+    namespaces: tuple[str, ...] = ()       # watched namespaces; (): all
     ray_address: str = "local"
-    checkpoint_storage: str = ""
-    ingest_port: int = 8081
-    ingest_url: str = ""
-    results_url: str = ""      # the results store; "": kubetune.results.default_url()
     allow_local_ray: bool = False      # Ray address `local` inside a cluster (outside one it always is)
-    trial_lease_seconds: float = 0.0   # a running Ray trial nobody calls this long ends itself (0: never)
+    checkpoint_storage: str = ""
+    trial_lease_seconds: float = 900.0  # a running Ray trial nobody calls this long ends itself (0: never)
     cleanup_timeout_seconds: float = 600.0   # an Experiment's deletion retries its cleanup this long
+    results_url: str = ""      # the results store; "": kubetune.results.default_url()
+    log_level: str = "INFO"
+    liveness: str = ""         # kopf liveness endpoint URL ("": none)
+    metrics_port: int = 0      # 0: no metrics endpoint
     pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
     pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
     pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
+    ingest_port: int = 8081
+    ingest_url: str = ""
+    leader_election: bool = False
+    lease_name: str = "kubetune-operator"
+    lease_duration_seconds: float = LEASE_DURATION_S
+    lease_namespace: str = ""
+    identity: str = ""
 
 
-_current: OperatorSettings | None = None
+# the environment variable a flag falls back to (operator_main.py), named in errors
+ENVIRONMENT = {"ray_address": "KUBETUNE_RAY_ADDRESS", "allow_local_ray": "KUBETUNE_ALLOW_LOCAL_RAY",
+               "checkpoint_storage": "KUBETUNE_CHECKPOINT_STORAGE",
+               "trial_lease_seconds": "KUBETUNE_TRIAL_LEASE_SECONDS",
+               "leader_election": "KUBETUNE_LEADER_ELECTION", "log_level": "KUBETUNE_LOG_LEVEL",
+               "ingest_url": "KUBETUNE_INGEST_ADVERTISE_URL"}
 
 
-def configure(settings: OperatorSettings | None) -> None:
-    global _current
-    _current = settings
+def _flag(name: str) -> str:
+    flag = "--" + name.replace("_", "-")
+    return f"{flag} (or ${ENVIRONMENT[name]})" if name in ENVIRONMENT else flag
 
 
-def current() -> OperatorSettings:
-    """What ``kubetune operator`` was started with (defaults when the handlers are run
-    some other way, e.g. ``kopf run``)."""
-    return _current or OperatorSettings(
-        ray_address=env_fallback("KUBETUNE_RAY_ADDRESS", "local"),
-        checkpoint_storage=env_fallback("KUBETUNE_CHECKPOINT_STORAGE", ""),
-        ingest_url=env_fallback("KUBETUNE_INGEST_ADVERTISE_URL", ""),
-        results_url=env_fallback("KUBETUNE_RESULTS_URL", ""))
+def _checked(name: str, raw: Any, convert: Callable[[Any], Any], ok: Callable[[Any], bool], want: str) -> Any:
+    try:
+        value = convert(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not ok(value):
+        raise SettingError(f"{_flag(name)}: {raw!r} is not {want}")
+    return value
+
+
+def _seconds(name: str, raw: Any) -> float:
+    return _checked(name, raw, float, lambda v: math.isfinite(v) and v >= 0, "a number of seconds >= 0")
+
+
+def _port(name: str, raw: Any) -> int:
+    return _checked(name, raw, int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
+
+
+def _flag_bool(raw: Any) -> bool:
+    """A boolean flag's value, which may come from an environment variable's text."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(text)
+
+
+def from_args(args: Any) -> OperatorSettings:
+    """The settings of ``kubetune operator``'s parsed command line (operator_main.py);
+    raises ``SettingError`` naming the first setting whose value is not valid."""
+    allow = frozenset(name.strip() for item in args.pod_allow for name in item.split(",") if name.strip())
+    if unknown_allowances(allow):
+        raise SettingError(f"--pod-allow: unknown {', '.join(unknown_allowances(allow))}; "
+                           f"known: {', '.join(ALLOWANCES)}")
+    level = str(args.log_level).upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise SettingError(f"{_flag('log_level')}: {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+    if not str(args.ray_address).strip():
+        raise SettingError(f"{_flag('ray_address')}: empty (local, auto, or ray://host:10001)")
+    lease = _seconds("lease_duration_seconds", args.lease_duration_seconds)
+    if lease <= 0:
+        raise SettingError(f"--lease-duration-seconds: {args.lease_duration_seconds!r} is not > 0")
+    return OperatorSettings(
+        namespaces=tuple(args.namespace),
+        ray_address=str(args.ray_address).strip(),
+        allow_local_ray=_checked("allow_local_ray", args.allow_local_ray, _flag_bool, lambda v: True, "true or false"),
+        checkpoint_storage=args.checkpoint_storage,
+        trial_lease_seconds=_seconds("trial_lease_seconds", args.trial_lease_seconds),
+        results_url=args.results_url,
+        log_level=level,
+        liveness=args.liveness,
+        metrics_port=_port("metrics_port", args.metrics_port),
+        pod_executor=bool(args.pod_executor),
+        pod_allow=allow,
+        pod_namespace_opt_in=bool(args.pod_namespace_opt_in),
+        ingest_port=_port("ingest_port", args.ingest_port),
+        ingest_url=args.ingest_url,
+        leader_election=_checked("leader_election", args.leader_election, _flag_bool, lambda v: True,
+                                 "true or false"),
+        lease_name=args.lease_name,
+        lease_duration_seconds=lease,
+        lease_namespace=args.lease_namespace,
+        identity=args.identity)

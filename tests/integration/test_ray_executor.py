@@ -10,9 +10,10 @@ import pytest
 import ray
 
 from kubetune.examples.quadratic import bowl
-from kubetune.executors.base import (LaunchRequest, RayUnavailableError, ResourceShape,
-                                     TrialState)
+from kubetune.executors.base import LaunchRequest, RayUnavailableError, TrialState
 from kubetune.executors.ray.executor import ACTOR_PREFIX, RayExecutor, actor_name
+from kubetune.spec.model import TrialResources
+
 from kube_fixtures import wait_for
 
 pytestmark = pytest.mark.integration
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 QUADRATIC = "kubetune.examples.quadratic:train"
 FLAKY = "kubetune.examples.flaky:train"
 SLEEPY = "kubetune.examples.sleepy:train"
-SMALL = ResourceShape(cpu=0.5)
+SMALL = TrialResources(cpu=0.5)
 
 
 class Tracker:
@@ -193,7 +194,7 @@ def test_several_bundles_get_a_placement_group(ray_local, experiment):
     executor = RayExecutor(ray_local)
     key = f"{experiment}multi-0"
     info = executor.start(launch(key, SLEEPY, {"interval": 0.02},
-                                 resources=ResourceShape(cpu=1, bundles=2)))
+                                 resources=TrialResources(cpu=1, bundles=2)))
     assert info.actor_name == actor_name(key) and info.placement_group
 
     def group():

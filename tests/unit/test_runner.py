@@ -252,18 +252,23 @@ def test_request_stop_of_pending_and_running_trials():
     assert of_type(runner.step(2.0), LaunchTrial)[0].name == "exp-1"
 
 
-def test_summary_has_fixed_size_and_status_is_fairly_truncated():
+def test_summary_has_fixed_size_and_the_trial_table_is_fairly_truncated():
+    from types import SimpleNamespace
+
+    from kubetune.controller import table
     spec = make_spec(scheduler={"type": "asha", "maxIterations": 9}, budget={"maxTrials": 60, "parallelism": 6})
     runner, sim = run(spec, max_ticks=15)
     summary = runner.summary(sim.now)
     assert set(summary.counts) == {p.value for p in TrialPhase}
-    text = runner.status_text(max_rows=8)
-    lines = text.splitlines()
-    assert lines[0].startswith("Experiment exp: Running;") and "Resources: no cluster limits" in text
-    table = [line for line in lines if line.startswith("exp-")]
-    assert len(table) == 8
-    assert {"Running", "Stopped"} <= {line.split()[1] for line in table}    # live trials not buried
-    assert lines[-1].startswith("... ") and "more" in lines[-1]
+    # the one trial table (`kubetune run`, the demo) of the runner's live trials
+    rows, hidden = table.trial_rows(table.live_trials(SimpleNamespace(runner=runner), None), mode="min", max_rows=8)
+    assert len(rows) == 8 and hidden == len(runner.trials) - 8 > 0
+    phases = [row[1] for row in rows]
+    running = sum(trial.phase is TrialPhase.RUNNING for trial in runner.trials.values())
+    assert running and phases[:running] == ["Running"] * running   # live trials not buried
+    assert {"Stopped", "Succeeded"} & set(phases[running:])          # then the finished ones, best first
+    finished = [float(row[3]) for row in rows[running:] if row[1] in ("Stopped", "Succeeded")]
+    assert finished == sorted(finished)
 
 
 def test_ledger_owner_prefix_and_trial_name_lists():

@@ -18,15 +18,12 @@ import time
 from typing import Any, Callable
 
 from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.executors.base import RayUnavailableError
 
 log = logging.getLogger(__name__)
 
 CAPACITY_REFRESH_SECONDS = 2.0
 MAX_RECONNECT_BACKOFF_SECONDS = 30.0
-
-
-class RayUnavailable(Exception):
-    """The Ray cluster cannot be reached right now (the message names address and cause)."""
 
 
 class ClusterHandle:
@@ -123,8 +120,13 @@ def _cause(error: BaseException | str) -> object:
     return getattr(error, "cause", None) or error
 
 
-class RayAddressRefused(RayUnavailable):
-    """An Experiment's Ray address this operator will not connect to (its own failure)."""
+class RayAddressRefused(RayUnavailableError):
+    """An executor this operator will not use for an Experiment (its own failure, not the
+    cluster's): a Ray address it does not connect to, or the pod executor when off."""
+
+    def __init__(self, address: str, cause: str):
+        super().__init__(address, cause)
+        self.args = (cause,)     # the message is the reason alone: it says what to change
 
 
 class ClusterRegistry:
@@ -152,7 +154,7 @@ class ClusterRegistry:
     def get(self, address: str) -> ClusterHandle:
         if address == "local" and not self.allow_local:
             raise RayAddressRefused(
-                "Ray address 'local' would run trials inside the operator's pod, next to its "
+                address, "Ray address 'local' would run trials inside the operator's pod, next to its "
                 "ServiceAccount token; start the operator with --allow-local-ray to allow it")
         if address not in self._handles:
             if address == self.default_address:
@@ -161,7 +163,7 @@ class ClusterRegistry:
                 factory = self._separate_factory
             else:
                 raise RayAddressRefused(
-                    f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
+                    address, f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
                     "needs `kubetune operator`, which connects to each address an Experiment names")
             self._handles[address] = ClusterHandle(address, factory)
         return self._handles[address]
@@ -169,8 +171,9 @@ class ClusterRegistry:
     def pods(self) -> Any:
         """The handle for ``spec.executor: pod`` (trials as Kubernetes pods)."""
         if self.pod_cluster is None:
-            raise RayUnavailable(self.pod_refusal or "executor: pod needs the operator (`kubetune operator`), which runs "
-                                 "trials as pods and receives their results; `kubetune run` runs Ray trials only")
+            raise RayAddressRefused("executor: pod", self.pod_refusal or (
+                "executor: pod needs the operator (`kubetune operator`), which runs "
+                "trials as pods and receives their results; `kubetune run` runs Ray trials only"))
         return self.pod_cluster
 
     def handles(self) -> list[ClusterHandle]:

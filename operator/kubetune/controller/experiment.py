@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from kubetune import metrics
 from kubetune.controller import render, restore, warm_start
-from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
+from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayAddressRefused
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
@@ -246,9 +246,6 @@ class ExperimentController:
                 busy = True
                 # fill the slots of trials that just ended now, not one cycle later
                 await self._apply(self.runner.step(self._clock()))
-        except RayUnavailable as error:
-            metrics.reconcile_error("RayUnavailable")
-            self.cluster.mark_unavailable(error)
         except Exception as error:  # a Ray call failing mid-cycle: reconnect, keep the trials
             if not self._is_connection_error(error):
                 raise
@@ -287,7 +284,7 @@ class ExperimentController:
             address = self.registry.resolve(spec.ray.address)
             try:
                 self.cluster = self.registry.pods() if spec.executor == "pod" else self.registry.get(address)
-            except RayUnavailable as error:
+            except RayAddressRefused as error:
                 self._generation = generation
                 await self._fail_invalid_spec(str(error), generation, reason="RayAddressRefused"
                                               if spec.executor == "ray" else "PodExecutorUnavailable")
@@ -896,7 +893,7 @@ class ExperimentController:
 
     def _is_connection_error(self, error: BaseException) -> bool:
         """The platform, not the trial, failed: the executor knows its own errors."""
-        if isinstance(error, (RayUnavailable, ConnectionError, RayUnavailableError)):
+        if isinstance(error, (ConnectionError, RayUnavailableError)):
             return True
         executor = getattr(self.cluster, "executor", None)
         return executor is not None and executor.is_unavailable(error)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayUnavailable
+from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayAddressRefused
 from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.results.writer import ResultsWriter
@@ -94,5 +94,5 @@ class OperatorState:
             return None
         try:
             return self.registry.get(self.registry.resolve((spec.get("ray") or {}).get("address")))
-        except RayUnavailable:
+        except RayAddressRefused:
             return None

@@ -141,10 +141,6 @@ class TrialRunner:
         state = {"study": self.searcher.trial_state(name), "scheduler": self.scheduler.trial_state(trial)}
         return {key: value for key, value in state.items() if value}
 
-    def status_text(self, max_rows: int = 20) -> str:
-        from kubetune.core.status import render_status
-        return render_status(self, max_rows)
-
     # ------------------------------------------------------------------ phases
 
     def _set_phase(self, trial: TrialInfo, phase: TrialPhase) -> None:

@@ -44,53 +44,11 @@ class TrialState(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class ResourceShape:
-    """What one trial asks for.  Accepts spec.TrialResources or a dict via ``of``.
-
-    ``bundles`` > 1 reserves that many identical bundles in one placement group:
-    the trial's own process takes bundle 0, the rest are for the workers it starts.
-    """
-    cpu: float = 1.0
-    gpu: float = 0.0
-    memory_bytes: int | None = None
-    custom: Mapping[str, float] = field(default_factory=dict)
-    bundles: int = 1
-
-    @classmethod
-    def of(cls, resources: Any) -> "ResourceShape":
-        if resources is None:
-            return cls()
-        if isinstance(resources, ResourceShape):
-            return resources
-        get = resources.get if isinstance(resources, Mapping) else \
-            (lambda name, default=None: getattr(resources, name, default))
-        cpu = get("cpu", None)
-        return cls(cpu=1.0 if cpu is None else float(cpu),
-                   gpu=float(get("gpu", 0.0) or 0.0),
-                   memory_bytes=get("memory_bytes", None),
-                   custom=dict(get("custom", None) or {}),
-                   bundles=int(get("bundles", 1) or 1))
-
-    def bundle(self) -> dict[str, float]:
-        """One bundle in Ray's resource names."""
-        spec: dict[str, float] = {"CPU": self.cpu}
-        if self.gpu:
-            spec["GPU"] = self.gpu
-        if self.memory_bytes:
-            spec["memory"] = float(self.memory_bytes)
-        spec.update({k: float(v) for k, v in self.custom.items()})
-        return spec
-
-    def total(self) -> dict[str, float]:
-        return {k: v * self.bundles for k, v in self.bundle().items()}
-
-
-@dataclass(frozen=True)
 class LaunchRequest:
     trial_key: str                       # "<namespace>/<experiment>/<trial>"
     entrypoint: str                      # "package.module:function"
     config: Mapping[str, Any]
-    resources: Any = None                # ResourceShape, spec.TrialResources or dict
+    resources: Any = None                # spec.TrialResources (or its dict form; None: defaults)
     checkpoint: str | None = None        # location to resume from (maybe another trial's)
     start_iteration: int = 0             # iterations already done; reports continue from +1
     start_seq: int = 0                   # last result seq already recorded; new ones follow it

@@ -17,7 +17,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from kubetune.executors.base import ResourceShape, TrialState, TrialUpdate
+from kubetune.executors.base import TrialState, TrialUpdate
+from kubetune.spec.model import TrialResources
 from kubetune.executors.ray.pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
                                          experiment_prefix)
 from kubetune.executors.ray.results import Slot
@@ -113,7 +114,7 @@ class ActorDiscovery:
 
     def _adopt(self, name: str, handle: Any, answer: dict) -> None:
         shape_info = answer.get("shape") or {}
-        shape = ResourceShape.of(shape_info)
+        shape = TrialResources.of(shape_info)
         worker = Worker(name, handle, shape, answer.get("pool_key") or "",
                         node_id=answer.get("node_id"), placement_group=shape_info.get("pg"))
         with self._lock:

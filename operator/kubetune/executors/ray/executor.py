@@ -45,15 +45,15 @@ import ray
 from ray.exceptions import RaySystemError
 
 from kubetune.core.resources import Resources
-from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest,
-                                     NodeResources, RayUnavailableError, ResourceShape,
-                                     TrialUpdate)
+from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest, NodeResources,
+                                     RayUnavailableError, TrialUpdate)
 from kubetune.executors.ray.autoscaler import read_node_types, request_resources
 from kubetune.executors.ray.discovery import ActorDiscovery
 from kubetune.executors.ray.errors import is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix
 from kubetune.executors.ray.results import Slot, fetch_results, is_dead, is_ready, settle_acks, to_update
+from kubetune.spec.model import TrialResources
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class RayExecutor:
     def start(self, req: LaunchRequest) -> LaunchInfo:
         """Launch one attempt of a trial; attach instead if that attempt already runs."""
         self._ensure_connected()
-        shape = ResourceShape.of(req.resources)
+        shape = TrialResources.of(req.resources)
         prefix = experiment_prefix(req.trial_key)
         self._discovery.discover_once(prefix)
         with self._lock:

@@ -20,7 +20,8 @@ import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from kubetune.executors.base import LaunchRequest, RayUnavailableError, ResourceShape
+from kubetune.executors.base import LaunchRequest, RayUnavailableError
+from kubetune.spec.model import TrialResources
 from kubetune.spec.trial_key import TrialKey
 # the actor class lives in a light module: every worker process imports it on start
 from kubetune.executors.ray.host import HostActor as _HostActor
@@ -44,7 +45,7 @@ def experiment_prefix(trial_key: str) -> str:
 class Worker:
     name: str
     handle: Any
-    shape: ResourceShape
+    shape: TrialResources
     pool_key: str = ""                  # "" for a dedicated actor
     node_id: str | None = None
     placement_group: str | None = None
@@ -67,11 +68,11 @@ class WorkerPool:
         self.rpc_timeout_s = rpc_timeout_s
         self._idle: dict[str, list[Worker]] = {}
 
-    def pooled(self, shape: ResourceShape) -> bool:
+    def pooled(self, shape: TrialResources) -> bool:
         return self.reuse_actors and shape.bundles == 1
 
     @staticmethod
-    def pool_key(req: LaunchRequest, shape: ResourceShape) -> str:
+    def pool_key(req: LaunchRequest, shape: TrialResources) -> str:
         fingerprint = json.dumps([shape.bundle(), req.runtime_env], sort_keys=True, default=str)
         digest = hashlib.sha1(fingerprint.encode()).hexdigest()[:10]
         return experiment_prefix(req.trial_key) + digest
@@ -109,7 +110,7 @@ class WorkerPool:
                 if not workers:
                     del self._idle[pool_key]
 
-    def create(self, req: LaunchRequest, shape: ResourceShape, launch: dict) -> Worker:
+    def create(self, req: LaunchRequest, shape: TrialResources, launch: dict) -> Worker:
         pooled = self.pooled(shape)
         if pooled:
             pool_key = self.pool_key(req, shape)
@@ -161,7 +162,7 @@ class WorkerPool:
             time.sleep(0.05)
         raise RayUnavailableError(self.address, f"actor {name!r} did not go away after ray.kill")
 
-    def _evict_idle_for(self, shape: ResourceShape, keep: str) -> None:
+    def _evict_idle_for(self, shape: TrialResources, keep: str) -> None:
         """Kill idle workers of other shapes when a new worker needs what they hold."""
         with self._lock:
             others = sorted((w for key, ws in self._idle.items() if key != keep for w in ws),
