@@ -244,6 +244,8 @@ def test_template_results_store_defaults_to_sqlite_on_a_kept_pvc(helm, tmp_path)
     assert term["labelSelector"]["matchLabels"] == kinds["Deployment"][0]["spec"]["selector"]["matchLabels"]
     args = cli.build_parser().parse_args(["operator", *container["args"]])   # the operator takes these flags
     assert args.results_url == "sqlite:////var/lib/kubetune/results.db"
+    from kubetune.settings import from_args
+    assert from_args(args).results_url == "sqlite:////var/lib/kubetune/results.db"   # and they are valid
     assert "KUBETUNE_RESULTS_URL" not in {e["name"] for e in container["env"]}
 
     claimed = by_kind(render(helm, tmp_path, "kt2", "kubetune-system", {"results": {"sqlite": {"persistence": {
