@@ -20,7 +20,7 @@ GOOD = {
     "budget": {"maxTrials": 64, "parallelism": 8, "maxFailedTrials": 3, "maxDuration": "2h"},
     "trial": {"entrypoint": "my_project.train:train", "resources": {"cpu": 2, "gpu": 1, "memory": "4Gi"},
               "maxFailures": 2, "runtimeEnv": {"pip": ["torch"]}, "config": {"epochs": 3}},
-    "ray": {"address": "ray://raycluster-head-svc.ml:10001", "tokenSecretRef": {"name": "ray", "key": "token"}},
+    "ray": {"address": "ray://raycluster-head-svc.ml:10001"},
     "suspend": False,
 }
 
@@ -32,7 +32,7 @@ def test_full_spec_parses_with_snake_case_fields():
     assert spec.search_space["width"].is_integer and spec.search_space["width"].grid_values()[-1] == 256
     assert spec.scheduler.max_iterations == 100 and spec.budget.max_duration_s == 7200
     assert spec.trial.resources.memory_bytes == 4 * 2**30 and spec.trial.resources.gpu == 1
-    assert spec.ray.token_secret_name == "ray" and spec.ray.token_secret_key == "token"
+    assert spec.ray.address == "ray://raycluster-head-svc.ml:10001"
     assert spec.trial.config == {"epochs": 3}
 
 
@@ -138,7 +138,7 @@ BAD = [
     ("checkpoint.keepLast", 0, "spec.checkpoint.keepLast", ">= 1"),
     ("checkpoint.deleteOnCompletion", "yes", "spec.checkpoint.deleteOnCompletion", "true or false"),
     ("ray.address", "http://head:8265", "spec.ray.address", "ray://host:port"),
-    ("ray.tokenSecretRef", {"name": "ray"}, "spec.ray.tokenSecretRef.key", "required"),
+    ("ray.tokenSecretRef", {"name": "ray", "key": "token"}, "spec.ray.tokenSecretRef", "ray.tokenSecretRef"),
     ("executor", "k8s", "spec.executor", "ray, pod"),
     ("suspend", "true", "spec.suspend", "true or false"),
     ("priority", 1.5, "spec.priority", "integer"),

@@ -256,9 +256,10 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class RaySpec:
+    # The Ray auth token is the operator's, not an Experiment's: the chart gives it
+    # RAY_AUTH_TOKEN from its ray.tokenSecretRef Secret (read by the kubelet, so the
+    # operator needs no RBAC on Secrets), and a driver process inherits it.
     address: str | None = None
-    token_secret_name: str | None = None
-    token_secret_key: str | None = None
 
 
 @dataclass(frozen=True)

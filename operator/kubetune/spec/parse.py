@@ -423,20 +423,14 @@ def _checkpoint(raw: Any) -> CheckpointSpec:
 def _ray(raw: Any) -> RaySpec:
     path = "spec.ray"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("address", "tokenSecretRef"))
+    if "tokenSecretRef" in obj:   # an earlier field, never used: say where the token comes from
+        raise SpecError(f"{path}.tokenSecretRef", "not an Experiment field: the Ray auth token is the "
+                        "operator's (Helm value ray.tokenSecretRef, the RAY_AUTH_TOKEN of its pod)")
+    _only_keys(obj, path, ("address",))
     address = _string(obj, "address", path)
     if address is not None and not _RAY_ADDRESS.match(address):
         raise SpecError(f"{path}.address", f"expected local, auto or ray://host:port (got {address!r})")
-    name = key = None
-    if obj.get("tokenSecretRef") is not None:
-        ref_path = f"{path}.tokenSecretRef"
-        ref = _mapping(obj["tokenSecretRef"], ref_path)
-        _only_keys(ref, ref_path, ("name", "key"))
-        name, key = _string(ref, "name", ref_path), _string(ref, "key", ref_path)
-        if name is None or key is None:
-            missing = "name" if name is None else "key"
-            raise SpecError(f"{ref_path}.{missing}", "required: the Secret's name and the key holding the token")
-    return RaySpec(address=address, token_secret_name=name, token_secret_key=key)
+    return RaySpec(address=address)
 
 
 TOP_LEVEL = ("objective", "objectives", "constraints", "warmStart", "searchSpace", "search", "scheduler",
