@@ -235,3 +235,76 @@ ROOT = CRD.parents[1]
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_manifests_name_each_key_once(path):
     list(yaml.load_all(path.read_text(), Loader=_UniqueKeys))
+
+
+# -- every enum and size bound of the CRD is checked above or here -------------------------
+
+ENUMS = {"search.algorithm", "scheduler.type", "executor", "trial.metricsCollector", "objective.mode"}
+
+
+def test_every_crd_enum_is_compared():
+    in_crd = {path for path, schema in fields(spec_schema()) if "enum" in schema}
+    assert in_crd == ENUMS, f"compare these enums in test_enums_are_the_same: {sorted(in_crd ^ ENUMS)}"
+
+
+def _objective(i: int) -> dict[str, Any]:
+    return {"metric": f"m{i}", "mode": "min"}
+
+
+# CRD path -> a valid value of n elements (items, properties or characters)
+SIZED: dict[str, Callable[[int], Any]] = {
+    "objective.metric": lambda n: "m" * n,
+    "objectives": lambda n: [_objective(i) for i in range(n)],
+    "constraints": lambda n: [{"metric": f"c{i}", "max": 1} for i in range(n)],
+    "warmStart.experiments": lambda n: [f"e{i}" for i in range(n)],
+    "searchSpace": lambda n: {f"p{i}": {"uniform": [0, 1]} for i in range(n)},
+    "search.initialPoints": lambda n: [{"x": 0.5}] * n,
+    "budget.maxDuration": lambda n: "1" * (n - 1) + "s",
+    "trial.queueTimeout": lambda n: "1" * (n - 1) + "s",
+    "trial.timeout": lambda n: "1" * (n - 1) + "s",
+    "trial.entrypoint": lambda n: "m" * (n - 2) + ":f",
+    "trial.resources.custom": lambda n: {f"r{i}": 1 for i in range(n)},
+    "checkpoint.storage": lambda n: "/" * n,
+    "ray.address": lambda n: "ray://" + "h" * (n - 12) + ":10001",
+    "queue": lambda n: "q" * n,
+    "priorityClass": lambda n: "p" * n,
+}
+SIZE_KEYS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+
+
+def size_bounds() -> list[tuple[str, str, int]]:
+    return [(path, key, schema[key]) for path, schema in fields(spec_schema()) for key in SIZE_KEYS
+            if key in schema]
+
+
+SIZES = size_bounds()
+
+
+def test_every_crd_size_bound_is_compared():
+    from kubetune.spec.parse import MAX_SIZES
+    assert {path for path, *_ in SIZES} == set(SIZED), "give SIZED a value maker for each sized field"
+    assert {path: bound for path, key, bound in SIZES if key.startswith("max")} == MAX_SIZES
+
+
+def _sized_spec(path: str, n: int) -> dict[str, Any]:
+    spec = with_value(path, SIZED[path](n))
+    if path == "objectives":       # objectives replace objective
+        spec.pop("objective")
+    if path == "search.initialPoints":
+        spec["searchSpace"] = {"x": {"uniform": [0, 1]}}
+    if path == "constraints":
+        spec["searchSpace"] = {"x": {"uniform": [0, 1]}}
+    if path in ("queue", "priorityClass"):   # Kueue names: pod trials only
+        spec.update(executor="pod", trial={"template": {"spec": {"containers": [{"name": "t"}]}}})
+    return spec
+
+
+@pytest.mark.parametrize("path,key,bound", SIZES, ids=[f"{p}.{k}" for p, k, _ in SIZES])
+def test_the_parser_has_the_crds_size_bounds(path, key, bound):
+    parse_experiment(_sized_spec(path, bound))             # the bound itself is accepted
+    outside = bound + 1 if key.startswith("max") else bound - 1
+    if outside < 0 or (outside == 0 and path in ("objective.metric", "checkpoint.storage")):
+        return                                             # "" is refused as a missing value
+    with pytest.raises(SpecError) as refused:
+        parse_experiment(_sized_spec(path, outside))
+    assert refused.value.path.startswith(f"spec.{path}"), refused.value

@@ -437,10 +437,33 @@ TOP_LEVEL = ("objective", "objectives", "constraints", "warmStart", "searchSpace
              "budget", "trial", "checkpoint", "ray", "executor", "priority", "suspend", "queue", "priorityClass")
 
 
+# The CRD's maxLength / maxItems / maxProperties, for files run without a CRD (`kubetune
+# run`): path under spec -> the most characters, items or keys.  The lower bounds are
+# the sections' own "required" checks.  tests/unit/test_crd_matches_spec.py keeps this
+# table and the CRD equal.
+MAX_SIZES = {
+    "objective.metric": 256, "objectives": 8, "constraints": 16, "warmStart.experiments": 16,
+    "searchSpace": 64, "search.initialPoints": 256, "budget.maxDuration": 32, "trial.entrypoint": 512,
+    "trial.resources.custom": 32, "trial.queueTimeout": 32, "trial.timeout": 32, "ray.address": 512,
+    "queue": 63, "priorityClass": 63,
+}
+
+
+def _max_sizes(root: Mapping[str, Any]) -> None:
+    for path, most in MAX_SIZES.items():
+        value: Any = root
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, (str, list, Mapping)) and len(value) > most:
+            unit = "characters" if isinstance(value, str) else "items" if isinstance(value, list) else "keys"
+            raise SpecError(f"spec.{path}", f"has {len(value)} {unit} (at most {most})")
+
+
 def parse_experiment(spec: Any) -> ExperimentSpec:
     """Validate and parse an Experiment's ``spec``; raises ``SpecError`` on the first problem."""
     root = _mapping(spec, "spec", required=True)
     _only_keys(root, "spec", TOP_LEVEL)
+    _max_sizes(root)
     objectives, reference_point = objectives_spec.objectives(root, _objective)
     space = _search_space(root.get("searchSpace"))
     search = _search(root.get("search"), space)
