@@ -1,7 +1,7 @@
 """PBT exploits get a copy of the donor's checkpoint of their own (no retention reaches it).
 
 The runner (pure) says which live trial's checkpoint lies in another trial's storage
-and takes the copy's location; trainable.checkpoint.clone_checkpoint makes the copy.
+and takes the copy's location; checkpoints.storage.clone_checkpoint makes the copy.
 The controller wiring is tested in tests/integration/test_pbt_checkpoints.py."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import pytest
 
 from kubetune.core.types import LaunchTrial, PauseTrial, Result
-from kubetune.trainable.checkpoint import (CheckpointError, CheckpointStore, clone_checkpoint,
+from kubetune.checkpoints.storage import (CheckpointError, CheckpointStore, clone_checkpoint,
                                            clone_checkpoint_or_newer, materialize)
 from unit_helpers import make_runner, make_spec, of_type
 

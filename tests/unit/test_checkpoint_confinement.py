@@ -1,5 +1,5 @@
 """The operator copies a reported checkpoint only from under the Experiment's own
-storage prefix (trainable/checkpoint.py ``confine``): a trial cannot make it copy
+storage prefix (checkpoints/storage.py ``confine``): a trial cannot make it copy
 its ServiceAccount token, another team's prefix or bucket."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kubetune.trainable.checkpoint import CheckpointOutsideStorage, clone_checkpoint, confine
+from kubetune.checkpoints.storage import CheckpointOutsideStorage, clone_checkpoint, confine
 
 
 def stored(root, relative: str) -> str:

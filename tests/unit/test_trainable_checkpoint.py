@@ -8,7 +8,7 @@ import fsspec
 import pytest
 
 import kubetune
-from kubetune.trainable.checkpoint import (CheckpointError, CheckpointStore,
+from kubetune.checkpoints.storage import (CheckpointError, CheckpointStore,
                                            delete_trial_checkpoints, materialize)
 from kubetune.trainable.function_runner import FAILED, FunctionRunner
 

@@ -575,7 +575,7 @@ class ExperimentController:
         storage = (spec or self.spec).checkpoint.storage or self._default_storage
         if source is None or not storage:
             return
-        from kubetune.trainable.checkpoint import CheckpointOutsideStorage, clone_checkpoint_or_newer
+        from kubetune.checkpoints.storage import CheckpointOutsideStorage, clone_checkpoint_or_newer
         trial = self.runner.trials[name]
         try:
             copy = await asyncio.to_thread(clone_checkpoint_or_newer, source, storage, self._trial_key(name),
@@ -641,7 +641,7 @@ class ExperimentController:
         if not storage:
             self._checkpoints_to_delete.clear()
             return
-        from kubetune.trainable.checkpoint import delete_trial_checkpoints
+        from kubetune.checkpoints.storage import delete_trial_checkpoints
         needed = {self.runner.trials[name].checkpoint for name in self.runner.active_trials()}
         for name, announce in sorted(self._checkpoints_to_delete.items()):
             key = self._trial_key(name)

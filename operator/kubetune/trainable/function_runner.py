@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping
 
 from kubetune.spec.results import MAX_RESULT_BYTES, check_metric, check_metrics
 from kubetune.trainable import api
-from kubetune.trainable.checkpoint import CheckpointStore, materialize
+from kubetune.checkpoints.storage import CheckpointStore, materialize
 from kubetune.trainable.output import LineBuffer
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"

@@ -89,7 +89,7 @@ class PodSession:
         if self._checkpoint is None:
             return None
         if self._restored is None:
-            from kubetune.trainable.checkpoint import materialize
+            from kubetune.checkpoints.storage import materialize
             self._restored = materialize(self._checkpoint)
         return self._restored
 
@@ -104,7 +104,7 @@ class PodSession:
         without storage, a location the pod names itself (already shared) is passed on."""
         if not self._storage:
             return os.fspath(checkpoint)
-        from kubetune.trainable.checkpoint import CheckpointStore
+        from kubetune.checkpoints.storage import CheckpointStore
         options = {k: v for k, v in self._storage_options.items() if v is not None}
         return CheckpointStore(self._storage, self.trial_key, **options).persist(checkpoint, iteration, metrics)
 
