@@ -5,6 +5,7 @@ import pytest
 from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.pods.logs import collects_stdout, result_lines
 from kubetune.executors.pods.stdout_results import MAX_LINE_CHARS, MalformedLine, ResultLine, ResultLines
+from kubetune.spec.results import Result
 
 
 def feed_all(lines, first_seq=1, start_iteration=0, attempt=0):
@@ -20,13 +21,16 @@ def test_result_lines_become_ingest_bodies_and_other_output_is_ignored():
                        'KUBETUNE_RESULT {"loss": 0.4, "acc": 0.9, "checkpoint": "s3://b/t/2"}\r\n',
                        'KUBETUNE_RESULT\t{"loss": 0.3, "iteration": 7}'], first_seq=4, start_iteration=2)
     assert parsed[0] is None and parsed[2] is None and parsed[3] is None
+    # the one wire format (spec.results.Result.to_wire); the ingest stamps the time
+    wire = {"timestamp": None, "checkpoint": None, "attempt": 0}
     assert [p.body for p in parsed if isinstance(p, ResultLine)] == [
-        {"seq": 4, "iteration": 3, "attempt": 0, "metrics": {"loss": 0.5}},
-        {"seq": 5, "iteration": 4, "attempt": 0, "metrics": {"loss": 0.4, "acc": 0.9}, "checkpoint": "s3://b/t/2"},
-        {"seq": 6, "iteration": 7, "attempt": 0, "metrics": {"loss": 0.3}},
+        {**wire, "seq": 4, "iteration": 3, "metrics": {"loss": 0.5}},
+        {**wire, "seq": 5, "iteration": 4, "metrics": {"loss": 0.4, "acc": 0.9}, "checkpoint": "s3://b/t/2"},
+        {**wire, "seq": 6, "iteration": 7, "metrics": {"loss": 0.3}},
     ]
     (checkpoint_only,) = feed_all(['KUBETUNE_RESULT {"checkpoint": "s3://b/t/3"}'])
-    assert checkpoint_only.body == {"seq": 1, "iteration": 1, "attempt": 0, "metrics": {}, "checkpoint": "s3://b/t/3"}
+    assert checkpoint_only.body == {**wire, "seq": 1, "iteration": 1, "metrics": {}, "checkpoint": "s3://b/t/3"}
+    assert Result.from_wire(checkpoint_only.body, now=5.0) == Result(1, 1, {}, 5.0, "s3://b/t/3", 0)
 
 
 @pytest.mark.parametrize("line,words", [
@@ -66,7 +70,8 @@ def pod(env, attempt="1", annotations=None):
 def test_a_pod_is_read_with_the_numbering_it_was_created_with():
     parser = result_lines(pod({"KUBETUNE_FIRST_SEQ": "6", "KUBETUNE_START_ITERATION": "5"}))
     assert parser.feed('KUBETUNE_RESULT {"loss": 1}').body == {"seq": 6, "iteration": 6, "attempt": 1,
-                                                              "metrics": {"loss": 1}}
+                                                              "metrics": {"loss": 1}, "timestamp": None,
+                                                              "checkpoint": None}
 
 
 def test_the_stdout_collector_is_recorded_on_the_pod():
@@ -93,8 +98,10 @@ def test_kubetune_report_in_a_stdout_pod_prints_what_the_operator_reads_back(cap
     parser = ResultLines(6, 4, 1)
     parsed = [parser.feed(line) for line in capfd.readouterr().out.splitlines()]
     assert [p.body for p in parsed if p is not None] == [
-        {"seq": 6, "iteration": 5, "attempt": 1, "metrics": {"loss": 0.25, "acc": 0.5}},
-        {"seq": 7, "iteration": 6, "attempt": 1, "metrics": {"loss": 0.125}, "checkpoint": str(tmp_path)},
+        {"seq": 6, "iteration": 5, "attempt": 1, "metrics": {"loss": 0.25, "acc": 0.5}, "timestamp": None,
+         "checkpoint": None},
+        {"seq": 7, "iteration": 6, "attempt": 1, "metrics": {"loss": 0.125}, "checkpoint": str(tmp_path),
+         "timestamp": None},
     ]
 
 

@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubetune.spec.results import Result  # noqa: F401  (the typed result, defined with its wire format)
+
 
 class TrialPhase(str, enum.Enum):
     PENDING = "Pending"      # created (Trial resource exists), not yet launched
@@ -23,24 +25,6 @@ class TrialPhase(str, enum.Enum):
     @property
     def is_terminal(self) -> bool:
         return self in (TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED)
-
-
-@dataclass(frozen=True)
-class Result:
-    """One ``kubetune.report(...)`` as delivered by an executor.
-
-    ``seq`` increases by one per report within a trial's lifetime (across retries),
-    so a result is processed once however often it is fetched.
-    ``iteration`` is 1-based and continues across retries and pauses.
-    """
-    seq: int
-    iteration: int
-    metrics: Mapping[str, Any]
-    timestamp: float
-    checkpoint: str | None = None
-    # Which launch of the trial produced it (LaunchTrial.attempt); None = unknown. Lets the
-    # runner drop a late result of a run it already paused or restarted.
-    attempt: int | None = None
 
 
 @dataclass(frozen=True)

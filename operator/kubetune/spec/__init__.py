@@ -1,5 +1,8 @@
 """The Experiment data model: parse and validate Experiment CR specs (pure, no I/O).
 
+``results.py``: what a reported result may hold, and ``Result`` with its one wire
+format (``to_wire``/``from_wire``), shared by every collector and executor.
+
 May import: nothing of kubetune outside spec/ (tests/unit/test_purity.py); the CRD
 (crds/experiment.yaml) and this package agree on enums, defaults and bounds
 (tests/unit/test_crd_matches_spec.py)."""

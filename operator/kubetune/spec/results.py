@@ -12,6 +12,7 @@ reaches a write to the API server:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -62,3 +63,41 @@ def check_iteration(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
         raise MetricError(f"iteration must be an integer >= 1 and at most {INT64_MAX} (int64), got {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class Result:
+    """One ``kubetune.report(...)`` as delivered by an executor.
+
+    ``seq`` increases by one per report within a trial's lifetime (across retries),
+    so a result is processed once however often it is fetched.
+    ``iteration`` is 1-based and continues across retries and pauses.
+    """
+    seq: int
+    iteration: int
+    metrics: Mapping[str, Any]
+    timestamp: float
+    checkpoint: str | None = None
+    # Which launch of the trial produced it (LaunchTrial.attempt); None = unknown. Lets the
+    # runner drop a late result of a run it already paused or restarted.
+    attempt: int | None = None
+
+    # The one wire format of a result, between a trial and the operator, produced and
+    # read here only: trainable/function_runner.py (a Ray trial, returned to the driver),
+    # trainable/pod_session.py (a trial pod's push) and executors/pods/stdout_results.py
+    # (a result line of a pod's log) produce it; executors/ray/results.py and the push
+    # ingest (executors/pods/ingest.py, after its checks) read it.
+    def to_wire(self) -> dict[str, Any]:
+        return {"seq": self.seq, "iteration": self.iteration, "metrics": dict(self.metrics),
+                "timestamp": self.timestamp, "checkpoint": self.checkpoint, "attempt": self.attempt}
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, Any], *, attempt: int | None = None,
+                  now: float | None = None) -> "Result":
+        """``body`` as a Result; ``attempt`` when the body has none (a Ray trial's batch
+        carries it once), ``now`` (the reader's clock) when it has no timestamp."""
+        timestamp = body.get("timestamp")
+        return cls(seq=body["seq"], iteration=body["iteration"], metrics=body["metrics"],
+                   timestamp=timestamp if timestamp is not None else now,
+                   checkpoint=body.get("checkpoint"),
+                   attempt=body["attempt"] if body.get("attempt") is not None else attempt)

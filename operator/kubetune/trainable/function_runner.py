@@ -41,7 +41,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Mapping
 
-from kubetune.spec.results import MAX_RESULT_BYTES, check_metric, check_metrics
+from kubetune.spec.results import MAX_RESULT_BYTES, Result, check_metric, check_metrics
 from kubetune.trainable import api
 from kubetune.checkpoints.storage import CheckpointStore, materialize
 from kubetune.trainable.output import LineBuffer
@@ -277,8 +277,8 @@ class FunctionRunner:
         if checkpoint is not None:
             location = self._checkpoint_store().persist(checkpoint, iteration, clean,
                                                         also_keep=self._known_checkpoints())
-        result = {"seq": self.last_seq + 1, "iteration": iteration, "timestamp": time.time(),
-                  "metrics": clean, "checkpoint": location}
+        result = Result(seq=self.last_seq + 1, iteration=iteration, metrics=clean, timestamp=time.time(),
+                        checkpoint=location).to_wire()
         with self._changed:
             self._iteration = iteration
             if location is not None:

@@ -33,7 +33,7 @@ import urllib.request
 from typing import Any, Mapping, TextIO
 
 from kubetune.trainable import api
-from kubetune.spec.results import RESULT_PREFIX, check_metrics
+from kubetune.spec.results import RESULT_PREFIX, Result, check_metrics
 from kubetune.trainable.function_runner import _plain
 
 DEFAULT_REPORT_TIMEOUT_S = 300.0
@@ -73,10 +73,8 @@ class PodSession:
         with self._lock:      # one report at a time: seqs go out in order
             iteration = self._iteration + 1
             location = self._persist(checkpoint, iteration, clean) if checkpoint is not None else None
-            body = {"seq": self._next_seq, "iteration": iteration, "metrics": clean,
-                    "attempt": self.attempt, "timestamp": time.time()}
-            if location is not None:
-                body["checkpoint"] = location
+            body = Result(seq=self._next_seq, iteration=iteration, metrics=clean, timestamp=time.time(),
+                          checkpoint=location, attempt=self.attempt).to_wire()
             self._send(body)
             self._next_seq += 1
             self._iteration = iteration
@@ -143,7 +141,7 @@ class PodSession:
         """One result line; its seq is its position among the attempt's result lines,
         which is the order this session numbers them in."""
         line = {**body["metrics"], "iteration": body["iteration"]}
-        if "checkpoint" in body:
+        if body["checkpoint"] is not None:
             line["checkpoint"] = body["checkpoint"]
         # the container log is file descriptor 1, whatever the program made of sys.stdout
         output = self._output or sys.__stdout__ or sys.stdout

@@ -44,10 +44,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from kubetune.core.types import Result
 from kubetune.executors.pods.ingest_http import BoundedHttpServer, HttpError
 from kubetune.spec.trial_key import TrialKey
-from kubetune.spec.results import MAX_RESULT_BYTES, MetricError, check_iteration, check_metrics
+from kubetune.spec.results import MAX_RESULT_BYTES, MetricError, Result, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +141,7 @@ class ResultInbox:
                     or sum(box.sizes.values()) + size > MAX_BUFFERED_BYTES_PER_TRIAL:
                 return 429, {"error": "too many results waiting for the operator; retry later",
                              "retryAfterSeconds": RETRY_AFTER_S}
-            box.results[seq] = Result(seq=seq, iteration=body["iteration"], metrics=body["metrics"],
-                                      timestamp=body.get("timestamp") or time.time(),
-                                      checkpoint=body.get("checkpoint"), attempt=attempt)
+            box.results[seq] = Result.from_wire(body, now=time.time())
             box.sizes[seq] = size
             if body.get("checkpoint"):
                 box.checkpoint = body["checkpoint"]

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubetune.spec.results import RESULT_PREFIX, MetricError, check_iteration, check_metrics
+from kubetune.spec.results import RESULT_PREFIX, MetricError, Result, check_iteration, check_metrics
 
 MAX_LINE_CHARS = 64 * 1024
 RESERVED_KEYS = ("iteration", "checkpoint")
@@ -38,7 +38,7 @@ RESERVED_KEYS = ("iteration", "checkpoint")
 @dataclass(frozen=True)
 class ResultLine:
     """A well-formed result line, as the body the push ingest accepts."""
-    body: dict[str, Any]     # {"seq", "iteration", "metrics", "attempt", "checkpoint"?}
+    body: dict[str, Any]     # Result.to_wire() (spec/results.py), the push ingest's body
 
     @property
     def seq(self) -> int:
@@ -116,10 +116,10 @@ class ResultLines:
             return MalformedLine(seq, problem, line[:200])
         iteration = fields.get("iteration", self._iteration + 1)
         self._iteration = iteration
-        body = {"seq": seq, "iteration": iteration, "attempt": self._attempt,
-                "metrics": {k: v for k, v in fields.items() if k not in RESERVED_KEYS}}
-        if fields.get("checkpoint") is not None:
-            body["checkpoint"] = fields["checkpoint"]
+        # no timestamp: the ingest stamps it when it takes the line
+        body = Result(seq=seq, iteration=iteration, attempt=self._attempt, timestamp=None,
+                      metrics={k: v for k, v in fields.items() if k not in RESERVED_KEYS},
+                      checkpoint=fields.get("checkpoint")).to_wire()
         return ResultLine(body)
 
 

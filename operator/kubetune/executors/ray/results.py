@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RuntimeEnvSetupError
 
-from kubetune.core.types import Result
 from kubetune.executors.base import TrialState, TrialUpdate
 from kubetune.executors.ray.pool import Worker
+from kubetune.spec.results import Result
 from kubetune.trainable.host import UNKNOWN
 
 FETCH_HOLD_S = 2.0         # longest an actor holds a long-polling fetch with nothing new
@@ -110,10 +110,7 @@ def _fetched(key: str, slot: Slot, ref: Any, after: int) -> TrialUpdate:
 
 def to_update(key: str, batch: dict, after: int) -> TrialUpdate:
     """A ``TrialUpdate`` from an actor's answer, with the results after seq ``after``."""
-    results = tuple(Result(seq=r["seq"], iteration=r["iteration"], metrics=r["metrics"],
-                           timestamp=r["timestamp"], checkpoint=r["checkpoint"],
-                           attempt=batch.get("attempt"))
-                    for r in batch["results"] if r["seq"] > after)
+    results = tuple(Result.from_wire(r, attempt=batch.get("attempt")) for r in batch["results"] if r["seq"] > after)
     state = TrialState(batch["state"]) if batch["state"] != UNKNOWN else TrialState.MISSING
     return TrialUpdate(key, state, results, batch.get("error", ""),
                        attempt=batch.get("attempt"), checkpoint=batch.get("checkpoint"),
