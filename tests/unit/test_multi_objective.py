@@ -10,7 +10,8 @@ import pytest
 
 from kubetune.controller import render
 from kubetune.core.pareto import FrontPoint, Outcomes
-from kubetune.core.schedulers import Action, MOASHAScheduler
+from kubetune.core.schedulers import Action, scheduler_class
+from kubetune.core.schedulers.mo_asha import MOASHAScheduler
 from kubetune.core.search import Searcher, warm_trials
 from kubetune.core.simulate import Simulator
 from kubetune.core.trial import TrialInfo
@@ -49,8 +50,8 @@ def final(trial, metric):
 def test_several_objectives_refuse_what_cannot_rank_vectors_naming_it(change, path, words):
     raw = merge({k: v for k, v in BASE.items() if k != "objective"}, change)
     raw["objectives"] = TWO
-    with pytest.raises(SpecError) as error:
-        parse_experiment(raw)
+    with pytest.raises(SpecError) as error:   # what the operator checks of a spec (controller._take_spec)
+        scheduler_class(parse_experiment(raw))
     assert error.value.path == path and words in error.value.message
 
 

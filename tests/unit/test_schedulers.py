@@ -6,7 +6,9 @@ import numpy as np
 import optuna
 import pytest
 
-from kubetune.core.schedulers import Action, ASHAScheduler, PBTScheduler
+from kubetune.core.schedulers import Action
+from kubetune.core.schedulers.asha import ASHAScheduler
+from kubetune.core.schedulers.pbt import PBTScheduler
 from kubetune.core.schedulers.pbt import perturb
 from kubetune.core.search import Searcher
 from kubetune.core.simulate import Simulator

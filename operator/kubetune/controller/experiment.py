@@ -28,6 +28,7 @@ from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.controller.write_failures import SURFACE_AFTER, WriteFailures, backoff
 from kubetune.core import admission
 from kubetune.core.runner import TrialRunner
+from kubetune.core.schedulers import scheduler_class
 from kubetune.core.search import warm_trials
 from kubetune.core.sanitize import cap_text
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
@@ -262,6 +263,7 @@ class ExperimentController:
         now = self._clock()
         try:
             spec = parse_experiment(body.get("spec") or {})
+            scheduler_class(spec)    # the scheduler's own checks: its name, what it needs
         except SpecError as error:
             self._generation = generation
             if self.runner is None:

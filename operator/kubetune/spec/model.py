@@ -13,9 +13,8 @@ from typing import Any, Mapping
 ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii")
 # Optuna's samplers that cannot search several objectives at once
 SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
-SCHEDULERS = ("fifo", "asha", "hyperband", "median", "percentile", "pbt")
-# schedulers that judge trials on several objectives (asha: MO-ASHA's non-dominated sorting)
-MULTI_OBJECTIVE_SCHEDULERS = ("fifo", "asha")
+# scheduler names are not listed here: each scheduler's file in core/schedulers/ says its
+# own (the package finds them), and core.schedulers.scheduler_class refuses other names
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
 EXECUTORS = ("ray", "pod")
 WARM_START_SPACES = ("full", "boundingBox")   # spec.warmStart.searchSpace

@@ -8,8 +8,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    MULTI_OBJECTIVE_SCHEDULERS, SINGLE_OBJECTIVE_ALGORITHMS, WARM_START_SPACES, Constraint, Objective, Param,
-    SpecError, WarmStart,
+    SINGLE_OBJECTIVE_ALGORITHMS, WARM_START_SPACES, Constraint, Objective, Param, SpecError, WarmStart,
 )
 
 MAX_OBJECTIVES = 8
@@ -139,13 +138,11 @@ def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, A
     return tuple(points)
 
 
-def check_multi_objective(count: int, algorithm: str, scheduler: str) -> None:
-    """Several objectives need a sampler and a scheduler that can rank vectors."""
+def check_multi_objective(count: int, algorithm: str) -> None:
+    """Several objectives need a sampler that can rank vectors (and a scheduler that
+    can: core.schedulers.scheduler_class)."""
     if count < 2:
         return
     if algorithm in SINGLE_OBJECTIVE_ALGORITHMS:
         raise SpecError("spec.search.algorithm", f"{algorithm} searches one objective only; with several "
                                                  f"objectives use nsgaii, tpe or random")
-    if scheduler not in MULTI_OBJECTIVE_SCHEDULERS:
-        raise SpecError("spec.scheduler.type", f"the {scheduler} scheduler judges trials on one objective only; "
-                                               f"with several objectives use asha (MO-ASHA) or fifo")

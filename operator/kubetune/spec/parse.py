@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, KUEUE_NAME, METRICS_COLLECTORS, SCHEDULERS, Budget, CheckpointSpec, ExperimentSpec,
+    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, KUEUE_NAME, METRICS_COLLECTORS, Budget, CheckpointSpec, ExperimentSpec,
     PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
     TrialResources, TrialTemplate, param_env_name,
 )
@@ -277,11 +277,9 @@ def _scheduler(raw: Any) -> SchedulerSpec:
     obj = _mapping(raw, path)
     _only_keys(obj, path, ("type", "maxIterations", "gracePeriod", "reductionFactor",
                            "perturbationInterval", "quantileFraction", "resampleProbability"))
-    kind = _one_of(obj, "type", path, SCHEDULERS, "fifo", "scheduler")
+    # which names exist, and what each needs, is the schedulers' own (core.schedulers.scheduler_class)
+    kind = _string(obj, "type", path, "fifo")
     max_iterations = _int(obj, "maxIterations", path, None, 1)
-    if kind in ("asha", "hyperband") and max_iterations is None:
-        raise SpecError(f"{path}.maxIterations",
-                        f"required for {kind}: the per-trial iteration cap, e.g. maxIterations: 100")
     grace = _int(obj, "gracePeriod", path, 1, 1)
     if max_iterations is not None and grace > max_iterations:
         raise SpecError(f"{path}.gracePeriod", f"must be <= maxIterations ({max_iterations}) (got {grace})")
@@ -468,7 +466,7 @@ def parse_experiment(spec: Any) -> ExperimentSpec:
     space = _search_space(root.get("searchSpace"))
     search = _search(root.get("search"), space)
     scheduler = _scheduler(root.get("scheduler"))
-    objectives_spec.check_multi_objective(len(objectives), search.algorithm, scheduler.type)
+    objectives_spec.check_multi_objective(len(objectives), search.algorithm)
     executor = _one_of(root, "executor", "spec", EXECUTORS, "ray", "executor")
     return ExperimentSpec(
         objective=objectives[0], objectives=objectives, reference_point=reference_point,

@@ -51,6 +51,8 @@ class _CompetitorsStudy:
 
 
 class ASHAScheduler(PrunerScheduler):
+    name = "asha"
+    requires_max_iterations = True
     replays_history = True     # only Trials from before the bounded state (see restore)
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher, pruner: optuna.pruners.BasePruner | None = None) -> None:

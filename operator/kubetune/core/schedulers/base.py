@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import enum
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import optuna
 
@@ -41,7 +41,15 @@ CONTINUE = SchedulerDecision(Action.CONTINUE)
 
 class TrialScheduler:
     """FIFO behaviour: never stops anything early; runs trials in creation order,
-    trials that already ran (retries, resumes) first."""
+    trials that already ran (retries, resumes) first.
+
+    A subclass that sets ``name`` in its own body is a scheduler an Experiment can name
+    (``spec.scheduler.type``): the package finds it by that (core/schedulers/__init__.py),
+    no list to add it to."""
+
+    name: ClassVar[str] = ""                       # spec.scheduler.type; "": not one to name
+    objectives: ClassVar[tuple[str, ...]] = ("single",)   # "single" and/or "multi"
+    requires_max_iterations: ClassVar[bool] = False  # spec.scheduler.maxIterations must be set
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         self.spec = spec

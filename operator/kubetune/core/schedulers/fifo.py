@@ -6,3 +6,5 @@ from kubetune.core.schedulers.base import TrialScheduler
 
 class FIFOScheduler(TrialScheduler):
     """The base behaviour, named: no early stopping, trials start in creation order."""
+    name = "fifo"
+    objectives = ("single", "multi")

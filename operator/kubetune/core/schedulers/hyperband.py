@@ -14,6 +14,8 @@ from kubetune.spec.model import ExperimentSpec
 
 
 class HyperBandScheduler(ASHAScheduler):
+    name = "hyperband"
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         sched = spec.scheduler
         pruner = optuna.pruners.HyperbandPruner(

@@ -35,6 +35,8 @@ def is_milestone(step: int, grace_period: int) -> bool:
 
 
 class MedianStoppingScheduler(PrunerScheduler):
+    name = "median"
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher, optuna.pruners.MedianPruner(
             n_startup_trials=MIN_COMPLETED_TRIALS, n_warmup_steps=spec.scheduler.grace_period, interval_steps=1))

@@ -25,6 +25,10 @@ from kubetune.spec.model import ExperimentSpec
 
 
 class MOASHAScheduler(TrialScheduler):
+    name = "asha"             # asha with several objectives
+    objectives = ("multi",)
+    requires_max_iterations = True
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher)
         self._metrics = [o.metric for o in spec.objectives]

@@ -41,6 +41,8 @@ def perturb(param: Param, value: Any, rng: random.Random) -> Any:
 
 
 class PBTScheduler(TrialScheduler):
+    name = "pbt"
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher)
         sched = spec.scheduler

@@ -16,6 +16,8 @@ from kubetune.spec.model import ExperimentSpec
 
 
 class PercentileStoppingScheduler(MedianStoppingScheduler):
+    name = "percentile"
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher)
         self.percentile = 100.0 * spec.scheduler.quantile_fraction
