@@ -24,7 +24,10 @@ ones at the others) is the case where a box around the first run's best can miss
 48 seeds by default: the figure over any 12 seeds swings by tens of points with the
 random stream alone, so it is also printed per block of 12 seeds.
 
-Run ``python -m kubetune.bench.warm_start [--seeds N] [--function NAME]``; exits
+Every run uses TPE; ``--algorithm cmaes`` uses CMA-ES instead (warm-started through
+Optuna's warm-starting CMA-ES, ``CmaEsSampler(source_trials=...)``).
+
+Run ``python -m kubetune.bench.warm_start [--seeds N] [--function NAME] [--algorithm A]``; exits
 non-zero if the boundingBox figure misses 30%.
 """
 from __future__ import annotations
@@ -73,11 +76,14 @@ FUNCTIONS = {
 }
 
 
-def _spec(function: Function, seed: int, max_trials: int, warm: str | None):
+ALGORITHMS = ("tpe", "cmaes")      # the samplers that learn from the earlier trials
+
+
+def _spec(function: Function, seed: int, max_trials: int, warm: str | None, algorithm: str = "tpe"):
     """``warm``: None (no warm start) or the warmStart.searchSpace, full or boundingBox."""
     raw = {"objective": {"metric": "loss", "mode": "min"},
            "searchSpace": function.space,
-           "search": {"algorithm": "tpe", "seed": seed},
+           "search": {"algorithm": algorithm, "seed": seed},
            "budget": {"maxTrials": max_trials, "parallelism": 1},
            "trial": {"entrypoint": "bench.function:train"}}
     if warm:
@@ -118,8 +124,10 @@ class Second:
     holds_minimum: bool  # its search space holds a global minimum
 
 
-def _second(function: Function, seed: int, target: float, warm: str | None, first: TrialRunner | None) -> Second:
-    runner = TrialRunner(_spec(function, seed, SECOND_MAX_TRIALS, warm), experiment="second", start_time=0.0,
+def _second(function: Function, seed: int, target: float, warm: str | None, first: TrialRunner | None,
+            algorithm: str) -> Second:
+    runner = TrialRunner(_spec(function, seed, SECOND_MAX_TRIALS, warm, algorithm), experiment="second",
+                         start_time=0.0,
                          warm_start=warm_trials("first", _records(first)) if first is not None else ())
     sim = Simulator(runner, function.curve, trial_length=1, keep_log=False)
     n = trials_to_reach(runner, sim, target, SECOND_MAX_TRIALS)
@@ -141,15 +149,14 @@ class SeedResult:
     cold: Second         # the same second seed without warm start
 
 
-def run_seed(seed: int, function: Function = FUNCTIONS["branin"]) -> SeedResult:
-    first = TrialRunner(_spec(function, seed, FIRST_TRIALS, None), experiment="first", start_time=0.0)
+def run_seed(seed: int, function: Function = FUNCTIONS["branin"], algorithm: str = "tpe") -> SeedResult:
+    first = TrialRunner(_spec(function, seed, FIRST_TRIALS, None, algorithm), experiment="first", start_time=0.0)
     Simulator(first, function.curve, trial_length=1, keep_log=False).run()
     summary = first.summary(0)
     best, n1 = summary.best_metric, first.trials[summary.best_trial].index + 1
     second_seed = seed + 1000
-    return SeedResult(seed, best, n1, _second(function, second_seed, best, "full", first),
-                      _second(function, second_seed, best, "boundingBox", first),
-                      _second(function, second_seed, best, None, None))
+    return SeedResult(seed, best, n1, *(_second(function, second_seed, best, warm, source, algorithm) for warm, source
+                                        in (("full", first), ("boundingBox", first), (None, None))))
 
 
 def reduction(results: list[SeedResult], field: str = "box") -> float:
@@ -160,16 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubetune.bench.warm_start")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds 0..N-1 (at least 10)")
     parser.add_argument("--function", choices=sorted(FUNCTIONS), default="branin")
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="tpe",
+                        help="the sampler of every run (cmaes: warm start is Optuna's warm-starting CMA-ES)")
     args = parser.parse_args(argv)
     if args.seeds < 10:
         parser.error("--seeds must be at least 10")
-    results = [run_seed(seed, FUNCTIONS[args.function]) for seed in range(args.seeds)]
+    results = [run_seed(seed, FUNCTIONS[args.function], args.algorithm) for seed in range(args.seeds)]
     print(f"{'seed':>4}  {'best B':>9}  {'N1 first':>8}  {'N2 full':>7}  {'N2 box':>6}  {'cold':>5}  reused")
     for r in results:
         print(f"{r.seed:>4}  {r.best:>9.5f}  {r.first:>8}  {r.warm.trials:>7}  {r.box.trials:>6}  "
               f"{r.cold.trials:>5}  {r.warm.reused + r.box.reused}")
     n = len(results)
-    print(f"{args.function}: trials run to reach the first run's best, summed over {n} seeds: "
+    print(f"{args.function}, {args.algorithm}: trials run to reach the first run's best, summed over {n} seeds: "
           f"first {sum(r.first for r in results)}, warm-started (searchSpace full) "
           f"{sum(r.warm.trials for r in results)}, warm-started (boundingBox) {sum(r.box.trials for r in results)}, "
           f"cold (same seeds as warm) {sum(r.cold.trials for r in results)}; reused (not run, not counted) "

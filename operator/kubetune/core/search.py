@@ -38,6 +38,10 @@ from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, ExperimentSpec, Param
 OPTIONAL_PACKAGES = {"cmaes": ("cmaes",), "gp": ("torch", "scipy"), "qmc": ("scipy",)}
 
 
+# warm-starting CMA-ES needs this many earlier trials (it starts from their best 10%)
+WS_CMA_MIN_TRIALS = 10
+
+
 def missing_packages(algorithm: str) -> list[str]:
     return [name for name in OPTIONAL_PACKAGES.get(algorithm, ()) if importlib.util.find_spec(name) is None]
 
@@ -239,8 +243,12 @@ class Searcher:
             # do not all land on the same promising point.
             "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
             "nsgaii": lambda: optuna.samplers.NSGAIISampler(seed=seed),
+            # warm start: CMA-ES starts from the earlier trials' promising region (Optuna's
+            # warm-starting CMA-ES, Nomura et al. AAAI 2021); the study's trials alone do not
+            # move it (it reads only the trials of its own generations)
             "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
-                                                          warn_independent_sampling=False),
+                                                          warn_independent_sampling=False,
+                                                          source_trials=self._cma_source_trials()),
             "gp": lambda: optuna.samplers.GPSampler(seed=seed),
             # scrambled; a restart skips the points used before (see rebuild)
             "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
@@ -259,16 +267,25 @@ class Searcher:
         directions = ["minimize" if o.mode == "min" else "maximize" for o in self._spec.objectives]
         study = optuna.create_study(study_name=self._study_name, directions=directions,
                                     sampler=self._sampler(seed), pruner=optuna.pruners.NopPruner())
-        for warm in self._warm:
-            values = [warm.metrics[o.metric] for o in self._spec.objectives]
-            study._storage.create_new_trial(study._study_id, template_trial=optuna.trial.create_trial(
-                state=TrialState.COMPLETE, values=values, params=dict(warm.params),
-                distributions=self.distributions, user_attrs={"kubetune:source": warm.source},
-                system_attrs=self._constraint_attrs(warm.metrics)))
+        for warm, frozen in zip(self._warm, self._warm_frozen()):
+            study._storage.create_new_trial(study._study_id, template_trial=frozen)
             self._evaluated.setdefault(config_key(warm.params, self.distributions),
                                        Evaluated(warm.source, dict(warm.metrics)))
         self.offset = len(self._warm)
         return study
+
+    def _cma_source_trials(self) -> list[optuna.trial.FrozenTrial] | None:
+        # WS-CMA-ES fits its start to the best 10% of the earlier trials (cmaes'
+        # get_warm_start_mgd, gamma 0.1): fewer than 10 select none, and it refuses
+        trials = self._warm_frozen()
+        return trials if len(trials) >= WS_CMA_MIN_TRIALS else None
+
+    def _warm_frozen(self) -> list[optuna.trial.FrozenTrial]:
+        """The warm-start trials as completed Optuna trials (what ``Study.add_trial`` adds)."""
+        return [optuna.trial.create_trial(
+            state=TrialState.COMPLETE, values=[warm.metrics[o.metric] for o in self._spec.objectives],
+            params=dict(warm.params), distributions=self.distributions, user_attrs={"kubetune:source": warm.source},
+            system_attrs=self._constraint_attrs(warm.metrics)) for warm in self._warm]
 
     def _enqueue_initial_points(self) -> None:
         # Enqueued trials take their numbers now: call after every restored trial is added.
