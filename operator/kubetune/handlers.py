@@ -24,6 +24,7 @@ from kubetune.settings import OperatorSettings
 STATE: OperatorState | None = None
 RESULTS: ResultsWriter | None = None  # every result to the results store, from its own thread
 PODS: PodSupport | None = None       # executor: pod (the result ingest endpoint + pod executor)
+_RETIRING: asyncio.Task | None = None  # ends the driver processes no Experiment needs
 
 
 _PREPARED: dict = {}   # address -> an executor a standby connected ahead of leading
@@ -85,7 +86,7 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_) -> None:
-        global STATE, PODS, RESULTS
+        global STATE, PODS, RESULTS, _RETIRING
         load_config()
         settings.persistence.finalizer = "kubetune.dev/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
@@ -106,7 +107,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         clusters = ClusterRegistry(chosen.ray_address, _executor_factory(chosen),
                                    separate_factory=_driver_process(chosen),
                                    pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
-                                   allow_local=chosen.allow_local_ray or not in_cluster())
+                                   allow_local=chosen.allow_local_ray or not in_cluster(),
+                                   idle_s=chosen.ray_driver_idle_seconds)
         # opened by the writer's thread: a database that is down at start delays the
         # results (kept, retried), never the operator
         RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
@@ -116,6 +118,9 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
                                                                  uid=body.get("metadata", {}).get("uid")),
             checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
         metrics.watch_state(lambda: STATE)
+        # checked a few times per grace period: a driver ends at most ~1/4 of it late
+        _RETIRING = asyncio.create_task(STATE.retire_idle_drivers_forever(
+            min(30.0, max(0.5, chosen.ray_driver_idle_seconds / 4))), name="retire-idle-ray-drivers")
 
     @kopf.daemon(GROUP, VERSION, EXPERIMENTS, cancellation_timeout=30.0, registry=registry)
     async def run_experiment(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **_) -> None:
@@ -143,6 +148,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
 
     @kopf.on.cleanup(registry=registry)
     async def stop_ingest_and_results(**_) -> None:
+        if _RETIRING is not None:
+            _RETIRING.cancel()
         if PODS is not None:
             await PODS.stop()
         if RESULTS is not None:   # what the last cycles handed over

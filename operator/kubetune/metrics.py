@@ -136,7 +136,8 @@ class StateCollector(Collector):
         up = GaugeMetricFamily("kubetune_ray_connected", "1 while the Ray cluster answers, else 0",
                                labels=["address"])
         for handle in handles:
-            up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
+            if not getattr(handle, "retired", False):   # ended for want of use: nobody waits for it
+                up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
         yield up
 
 

@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a running Ray trial that no operator has called for this long stops and frees "
                              "its resources (its controller is gone); 0: never. Longer than any operator outage "
                              "you want trials to outlive")
+    parser.add_argument("--ray-driver-idle-seconds",
+                        default=env_fallback("KUBETUNE_RAY_DRIVER_IDLE_SECONDS", "300"),
+                        help="the driver process of a Ray address other than --ray-address ends once no "
+                             "Experiment has needed it for this long (finished or deleted), and starts again "
+                             "when one does")
     parser.add_argument("--leader-election", action="store_true",
                         default=env_fallback("KUBETUNE_LEADER_ELECTION", ""),
                         help="run as one of several replicas: only the holder of a coordination.k8s.io Lease "

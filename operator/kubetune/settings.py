@@ -59,6 +59,7 @@ class OperatorSettings:
     log_level: str = "INFO"
     liveness: str = ""         # kopf liveness endpoint URL ("": none)
     metrics_port: int = 0      # 0: no metrics endpoint
+    ray_driver_idle_seconds: float = 300.0   # a driver process no Experiment needs this long ends
     pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
     pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
     pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
@@ -75,6 +76,7 @@ class OperatorSettings:
 ENVIRONMENT = {"ray_address": "KUBETUNE_RAY_ADDRESS", "allow_local_ray": "KUBETUNE_ALLOW_LOCAL_RAY",
                "checkpoint_storage": "KUBETUNE_CHECKPOINT_STORAGE",
                "trial_lease_seconds": "KUBETUNE_TRIAL_LEASE_SECONDS",
+               "ray_driver_idle_seconds": "KUBETUNE_RAY_DRIVER_IDLE_SECONDS",
                "leader_election": "KUBETUNE_LEADER_ELECTION", "log_level": "KUBETUNE_LOG_LEVEL",
                "ingest_url": "KUBETUNE_INGEST_ADVERTISE_URL"}
 
@@ -135,6 +137,7 @@ def from_args(args: Any) -> OperatorSettings:
         allow_local_ray=_checked("allow_local_ray", args.allow_local_ray, _flag_bool, lambda v: True, "true or false"),
         checkpoint_storage=args.checkpoint_storage,
         trial_lease_seconds=_seconds("trial_lease_seconds", args.trial_lease_seconds),
+        ray_driver_idle_seconds=_seconds("ray_driver_idle_seconds", args.ray_driver_idle_seconds),
         results_url=args.results_url,
         log_level=level,
         liveness=args.liveness,

@@ -8,6 +8,7 @@ was refused, and after a restart whichever daemon started first could decide the
 connection for everyone."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from k8s_helpers import condition, create, experiment, experiment_gone, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from kubetune.devcluster.processes import free_port
+from operator_fixtures import OperatorProcess
 from ray_fixtures import start_ray_head, stop_ray_head
 
 pytestmark = pytest.mark.integration
@@ -23,16 +25,26 @@ pytestmark = pytest.mark.integration
 SECOND = "second_head"   # a resource only the second head has: a trial placed elsewhere is Infeasible
 
 
+DRIVER_MODULE = b"kubetune.executors.ray.process"
+
+
 @pytest.fixture
-def second_head():
-    """Another Ray cluster, named as Experiments name one: by its Ray Client address."""
+def second_head_addresses():
+    """Another Ray cluster, by two Ray Client addresses (an IP and a host name): two
+    addresses as Experiments name them, so two driver processes in the operator."""
     client_port = free_port()
     process, _, temp_dir = start_ray_head(num_cpus=2, num_gpus=0, resources={SECOND: 4}, client_port=client_port)
     try:
-        yield f"ray://127.0.0.1:{client_port}"
+        yield f"ray://127.0.0.1:{client_port}", f"ray://localhost:{client_port}"
     finally:
         stop_ray_head(process)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def second_head(second_head_addresses):
+    """Another Ray cluster, named as Experiments name one: by its Ray Client address."""
+    return second_head_addresses[0]
 
 
 def test_experiments_on_two_ray_clusters_run_and_a_bad_address_fails_alone(
@@ -122,3 +134,84 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
         except FileNotFoundError:
             return True
     wait_for(gone, timeout=60, interval=0.2, message="the driver process of a killed operator exiting")
+
+
+IDLE_S = 3.0     # the operator's --ray-driver-idle-seconds in the test below (default 300)
+
+
+def driver_pids(operator) -> dict[str, int]:
+    """The operator's live driver processes (executors/ray/process.py), by the address each serves."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if stat[0] in ("Z", "X") or int(stat[1]) != operator.process.pid or DRIVER_MODULE not in argv:
+            continue
+        found[json.loads(argv[argv.index(DRIVER_MODULE) + 2])["address"]] = int(entry.name)
+    return found
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped counts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_driver_process_ends_once_no_experiment_needs_its_address_and_starts_again_when_one_does(
+        kube_cluster, ray_local, second_head_addresses, experiments_api, namespace, tmp_path):
+    """Before, a driver process lived as long as the operator: one per address ever named,
+    each holding a Ray connection, over weeks of Experiments coming and going."""
+    api, ns = experiments_api, namespace
+    client_address, other_address = second_head_addresses     # two addresses: two driver processes
+    operator = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, ns,
+                               extra_args=("--ray-driver-idle-seconds", str(IDLE_S))).start()
+    try:
+        gates = {"on-x": tmp_path / "gate-x", "on-y": tmp_path / "gate-y"}
+        for name, address in (("on-x", client_address), ("on-y", other_address)):
+            create(api, ns, experiment(
+                name, entrypoint="kubetune.examples.sleepy:train", objective={"metric": "step", "mode": "max"},
+                ray={"address": address}, budget={"maxTrials": 1},
+                trial={"resources": {"cpu": 0.5, "custom": {SECOND: 1}},
+                       "config": {"iterations": 3, "interval": 0.01, "hold_after": 1, "gate": str(gates[name])}}))
+
+        def held(name: str) -> bool:
+            items = trials(api, ns, name)
+            return len(items) == 1 and (items[0].get("status") or {}).get("phase") == "Running" \
+                and (items[0]["status"].get("iteration") or 0) >= 1
+        wait_for(lambda: held("on-x") and held("on-y"), timeout=240, interval=0.5,
+                 message="a trial on each address running, held at its gate")
+        drivers = driver_pids(operator)
+        assert {client_address, other_address} <= set(drivers), drivers
+
+        # deleted: its address's driver ends after the grace period; the other one stays
+        api.delete_namespaced_custom_object("kubetune.dev", "v1alpha1", ns, "experiments", "on-x")
+        wait_for(lambda: experiment_gone(api, ns, "on-x"), timeout=120, interval=0.5, message="on-x deleted")
+        wait_for(lambda: client_address not in driver_pids(operator), timeout=IDLE_S + 60, interval=0.2,
+                 message=f"the driver process of {client_address} ending")
+        wait_for(lambda: exited(drivers[client_address]), timeout=30, interval=0.2, message="its process gone")
+        assert driver_pids(operator).get(other_address) == drivers[other_address]
+        assert held("on-y")
+
+        # finished: the same, once nothing of it runs
+        gates["on-y"].touch()
+        wait_condition(api, ns, "on-y", "Succeeded", timeout=240, operator=operator)
+        wait_for(lambda: other_address not in driver_pids(operator), timeout=IDLE_S + 60, interval=0.2,
+                 message=f"the driver process of {other_address} ending after its Experiment finished")
+        assert get_experiment(api, ns, "on-y")["status"]["phase"] == "Succeeded"   # left as it was
+
+        # named again: a new driver process serves it
+        create(api, ns, experiment(
+            "again-x", entrypoint="kubetune.examples.sleepy:train", objective={"metric": "step", "mode": "max"},
+            ray={"address": client_address}, budget={"maxTrials": 1},
+            trial={"resources": {"cpu": 0.5, "custom": {SECOND: 1}}, "config": {"iterations": 2, "interval": 0.01}}))
+        wait_condition(api, ns, "again-x", "Succeeded", timeout=240, operator=operator)
+        assert operator.process.poll() is None
+    finally:
+        operator.stop_and_report()

@@ -318,3 +318,82 @@ def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
         asyncio.run(controller._store_results_taken_before_restart())
     asyncio.run(controller._store_results_taken_before_restart())
     assert controller.results.recorded == [2, 3] and controller._unstored == {}
+
+
+class Driver:
+    """A separate address's executor as the registry sees it: connect, close."""
+
+    def __init__(self, made: list) -> None:
+        self.closed = False
+        self.requests: list = []
+        made.append(self)
+
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def cluster_resources(self):
+        return SimpleNamespace(total={"CPU": 4.0}, nodes=[])
+
+    def request_resources(self, bundles) -> None:
+        self.requests.append(bundles)
+
+    def stop_all(self, prefix: str) -> int:
+        return 0
+
+    def remaining(self, prefix: str) -> int:
+        return 0
+
+
+def test_a_driver_nobody_needs_ends_after_the_grace_period_and_a_new_one_starts_when_needed():
+    made: list[Driver] = []
+    now = [0.0]
+    registry = ClusterRegistry("ray://own:10001", lambda address: Driver([]), idle_s=60.0, clock=lambda: now[0],
+                               separate_factory=lambda address: Driver(made))
+    other, own = registry.get("ray://other:10001"), registry.get("ray://own:10001")
+
+    async def scenario() -> None:
+        assert await other.ensure_connected() and await own.ensure_connected()
+        assert await registry.retire_idle({"ray://other:10001"}) == []          # in use
+        now[0] = 100.0
+        assert await registry.retire_idle(set()) == []       # idle from now on, not before
+        now[0] = 130.0
+        await other.ensure_connected()                        # used meanwhile (a deletion's cleanup)
+        now[0] = 170.0
+        assert await registry.retire_idle(set()) == [] and not made[0].closed   # its window restarted
+        now[0] = 230.0
+        assert await registry.retire_idle(set()) == ["ray://other:10001"]
+        assert made[0].closed and other.executor is None and not other.last_error
+        assert other.retired         # not counted as a Ray outage (metrics: kubetune_ray_connected)
+        assert own.executor is not None                       # the operator's own driver stays
+        now[0] = 1000.0
+        assert await registry.retire_idle(set()) == []        # idempotent: nothing left to end
+        # an Experiment names the address again: a new driver process, at once
+        assert await other.ensure_connected() and len(made) == 2 and not made[1].closed and not other.retired
+        assert registry.get("ray://other:10001") is other
+    asyncio.run(scenario())
+
+
+def test_an_experiment_being_deleted_keeps_its_driver():
+    made: list[Driver] = []
+    now = [0.0]
+    registry = ClusterRegistry("ray://own:10001", lambda address: Driver([]), idle_s=10.0, clock=lambda: now[0],
+                               separate_factory=lambda address: Driver(made))
+    state = OperatorState(registry, store_factory=lambda *_: TrialList([]), checkpoint_storage="")
+    body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://other:10001"}}}
+
+    async def scenario() -> None:
+        assert await registry.get("ray://other:10001").ensure_connected()
+        state._deleting["ray://other:10001"] = 1              # a deletion cleaning up right now
+        await state.retire_idle_drivers()
+        now[0] = 50.0
+        assert await state.retire_idle_drivers() == []
+        del state._deleting["ray://other:10001"]
+        await state.retire_idle_drivers()
+        now[0] = 100.0
+        assert await state.retire_idle_drivers() == ["ray://other:10001"] and made[0].closed
+        await state.delete("ns", "e", body)                   # deleted later: a driver for the cleanup only
+        assert len(made) == 2 and state.ray_in_use() == set()
+    asyncio.run(scenario())

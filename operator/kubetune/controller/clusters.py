@@ -9,7 +9,12 @@ was started with is served by this process's own Ray driver; Ray allows one driv
 per process, so every other address is served by a driver process of its own
 (executors/ray/process.py says why a process and not Ray Client contexts).
 ``local`` runs trials (user code) on the operator's machine: inside a cluster, next
-to its ServiceAccount token, so it is refused there unless the operator allows it."""
+to its ServiceAccount token, so it is refused there unless the operator allows it.
+
+A driver process lives as long as some Experiment needs its address: once none has
+for ``idle_s`` (finished, deleted, moved to another address), ``retire_idle`` ends it,
+and the next Experiment that names the address starts a new one.  The grace period
+keeps a deleted-and-re-applied Experiment from stopping and starting it again."""
 from __future__ import annotations
 
 import asyncio
@@ -24,6 +29,7 @@ log = logging.getLogger(__name__)
 
 CAPACITY_REFRESH_SECONDS = 2.0
 MAX_RECONNECT_BACKOFF_SECONDS = 30.0
+DRIVER_IDLE_SECONDS = 300.0
 
 
 class ClusterHandle:
@@ -40,6 +46,8 @@ class ClusterHandle:
         self._backoff = 1.0
         self.last_error = ""
         self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
+        self.uses = 0     # ensure_connected calls: a use since a count was taken keeps the connection
+        self.retired = False   # its connection ended for want of use (retire); until the next use
 
     @property
     def connected(self) -> bool:
@@ -50,6 +58,8 @@ class ClusterHandle:
 
         Retries back off exponentially up to 30 s, so an outage is not a crash loop."""
         async with self._lock:
+            self.uses += 1
+            self.retired = False
             if self.executor is not None and not self.last_error:
                 return True
             now = self._clock()
@@ -75,6 +85,27 @@ class ClusterHandle:
         """A call failed because the cluster went away: reconnect before the next call."""
         self.last_error = f"lost Ray at {self.address}: {_cause(error)}"
         self._next_attempt = self._clock() + self._backoff
+
+    async def retire(self, uses: int) -> bool:
+        """End the connection (a driver process: the process) and forget what it knew;
+        the next ``ensure_connected`` makes a new one.  Its autoscaler request is
+        withdrawn first (nothing waits: no Experiment uses it).  False, and nothing
+        ended, if there was none or it was used since ``uses`` was counted."""
+        async with self._lock:
+            executor = self.executor
+            if executor is None or self.uses != uses:
+                return False
+            if self.connected and self._requested:
+                try:
+                    await asyncio.to_thread(executor.request_resources, [])
+                except Exception as error:  # noqa: BLE001 - the cluster's autoscaler will time it out
+                    log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
+            self.executor = None
+            self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
+            self._requested, self._capacity_at = None, float("-inf")
+            self.retired = True
+            await asyncio.to_thread(getattr(executor, "close", None) or executor.disconnect)
+            return True
 
     async def refresh_capacity(self) -> None:
         async with self._lock:
@@ -139,8 +170,13 @@ class ClusterRegistry:
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
                  pod_cluster: Any = None, *, allow_local: bool = True, pod_refusal: str = "",
-                 separate_factory: Callable[[str], Any] | None = None) -> None:
+                 separate_factory: Callable[[str], Any] | None = None,
+                 idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.default_address = default_address
+        self.idle_s = idle_s
+        self._clock = clock
+        # separate addresses no Experiment needs: since when, and the handle's use count then
+        self._idle_since: dict[str, tuple[float, int]] = {}
         self.allow_local = allow_local
         self._executor_factory = executor_factory
         self._separate_factory = separate_factory
@@ -167,6 +203,27 @@ class ClusterRegistry:
                     "needs `kubetune operator`, which connects to each address an Experiment names")
             self._handles[address] = ClusterHandle(address, factory)
         return self._handles[address]
+
+    async def retire_idle(self, in_use: set[str]) -> list[str]:
+        """End the driver processes of the addresses (other than the operator's own) that
+        no Experiment has needed for ``idle_s``: ``in_use`` is what they need now.  Safe
+        to call at any time and as often as wanted; returns the addresses it ended."""
+        now = self._clock()
+        retired = []
+        for address, handle in list(self._handles.items()):
+            if address == self.default_address or address in in_use or handle.executor is None:
+                self._idle_since.pop(address, None)
+                continue
+            since, uses = self._idle_since.get(address, (now, handle.uses))
+            if uses != handle.uses:      # used meanwhile (a deletion's cleanup): idle from now
+                since, uses = now, handle.uses
+            self._idle_since[address] = (since, uses)
+            if now - since >= self.idle_s and await handle.retire(uses):
+                self._idle_since.pop(address, None)
+                log.info("stopped the Ray driver process for %s: no Experiment has used it for %.0fs",
+                         address, now - since)
+                retired.append(address)
+        return retired
 
     def pods(self) -> Any:
         """The handle for ``spec.executor: pod`` (trials as Kubernetes pods)."""

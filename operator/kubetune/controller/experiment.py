@@ -122,6 +122,7 @@ class ExperimentController:
         self._check_runs_at = float("-inf")
         self._runs_to_end: list[str] = []
         self._effects: list[_Effect] = []   # decisions not yet carried out (see _apply)
+        self._in_cycle = False
         self._applying = False
         self._write_failures = WriteFailures()
         self._finished_at: float | None = None   # when the finished status first waited for Trial writes
@@ -142,6 +143,7 @@ class ExperimentController:
         failures = 0
         while not stopped() and not self._stopping:
             try:
+                self._in_cycle = True
                 busy = await self.reconcile_once()
                 failures = 0
                 if self._blocked is not None:
@@ -154,6 +156,7 @@ class ExperimentController:
                 idle = backoff(failures)
             else:
                 idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
+            self._in_cycle = False
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
@@ -219,6 +222,26 @@ class ExperimentController:
     def _has_active(self) -> bool:
         return self.runner is not None and bool(self.runner.active_trials())
 
+    def needs_ray(self) -> str | None:
+        """The Ray address whose connection this controller needs now, or None: it runs
+        on none, or it has finished with nothing left to do there (see ``_done_with_ray``).
+        Read by the operator to end driver processes nobody needs (controller/clusters.py)."""
+        if not isinstance(self.cluster, ClusterHandle) or self._stopping:
+            return None
+        if self._in_cycle:
+            return self.cluster.address
+        if self.runner is None:     # finished before a restart, or a spec that never ran
+            return self.cluster.address if self._finished_at_start and not self._orphans_checked else None
+        return None if self._done_with_ray() else self.cluster.address
+
+    def _done_with_ray(self) -> bool:
+        """Finished, nothing of it runs on Ray (its actors were ended), nothing owed: its
+        cycles make no Ray call until a spec change reopens it."""
+        runner = self.runner
+        return (isinstance(self.cluster, ClusterHandle) and runner is not None and runner.finished is not None
+                and not runner.active_trials() and self._orphans_checked and not self._unstored
+                and not self._runs_to_end and not self._effects)
+
     # ------------------------------------------------------------------ one cycle
 
     async def reconcile_once(self) -> bool:
@@ -230,6 +253,14 @@ class ExperimentController:
         if self.runner is None:
             if self._finished_at_start and not self._orphans_checked:
                 await self._stop_runs_of_finished()
+            await self.flush()
+            return False
+        if self.runner.finished is not None and not self.runner.active_trials() and not self._orphans_checked:
+            await self._stop_runs_of_finished()     # e.g. restored finished after a spec change
+        if self._done_with_ray():
+            # no Ray call: an idle connection may end (its driver process, clusters.py)
+            if self._checkpoints_to_delete:
+                await self._delete_checkpoints()
             await self.flush()
             return False
         if not await self.cluster.ensure_connected():

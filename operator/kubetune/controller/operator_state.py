@@ -27,6 +27,7 @@ class OperatorState:
         self._checkpoint_storage = checkpoint_storage
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
         self._uids: dict[tuple[str, str], str | None] = {}   # of the Experiment each controller serves
+        self._deleting: dict[str, int] = {}    # Ray address -> deletions cleaning up on it now
 
     def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
         key = (namespace, name)
@@ -58,11 +59,21 @@ class OperatorState:
         Raises ``CleanupPending`` while that does not hold (Ray unreachable, actors still
         alive): kopf retries and the finalizer stays. Works the same when no controller
         runs here (deleted while the operator was down): the spec names the cluster."""
+        cluster = self._cluster_of(body)
+        address = cluster.address if cluster is not None else ""
+        self._deleting[address] = self._deleting.get(address, 0) + 1    # its driver stays meanwhile
+        try:
+            await self._delete(namespace, name, body, cluster)
+        finally:
+            self._deleting[address] -= 1
+            if not self._deleting[address]:
+                del self._deleting[address]
+
+    async def _delete(self, namespace: str, name: str, body: Mapping[str, Any], cluster: ClusterHandle | None) -> None:
         key = (namespace, name)
         controller = self.controllers.get(key)
         if controller is not None:
             controller.stop()
-        cluster = self._cluster_of(body)
         prefix = f"{namespace}/{name}/"
         if cluster is not None:
             if not await cluster.ensure_connected():
@@ -84,6 +95,28 @@ class OperatorState:
         if controller is not None:
             await controller.release_resources()
         self.controllers.pop(key, None)
+
+    def ray_in_use(self) -> set[str]:
+        """The Ray addresses some Experiment needs a connection to now."""
+        in_use = {address for address in self._deleting if address}
+        for controller in self.controllers.values():
+            address = controller.needs_ray()
+            if address is not None:
+                in_use.add(address)
+        return in_use
+
+    async def retire_idle_drivers(self) -> list[str]:
+        """End the driver processes no Experiment has needed for the registry's grace period."""
+        return await self.registry.retire_idle(self.ray_in_use())
+
+    async def retire_idle_drivers_forever(self, interval_s: float) -> None:
+        """``retire_idle_drivers`` every ``interval_s`` until cancelled (the operator's life)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.retire_idle_drivers()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("ending idle Ray driver processes failed; retrying")
 
     def _cluster_of(self, body: Mapping[str, Any]) -> ClusterHandle | None:
         """The Ray cluster an Experiment's trials ran on; None when they ran on none
