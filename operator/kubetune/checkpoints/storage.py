@@ -132,16 +132,7 @@ class CheckpointStore:
         os.makedirs(self.trial_dir, exist_ok=True)
         final = os.path.join(self.trial_dir, name)
         tmp = os.path.join(self.trial_dir, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
-        try:
-            shutil.copytree(source, tmp, symlinks=True)
-            with open(os.path.join(tmp, META_FILE), "w") as f:
-                f.write(meta)
-            if os.path.exists(final):   # a retry re-reaching an iteration it had saved
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"cannot persist checkpoint to {final}: {exc}") from exc
+        _copy_into_place(source, tmp, final, meta=meta, failure=f"cannot persist checkpoint to {final}")
         return os.path.abspath(final)
 
     # ---------------------------------------------------------------- fsspec
@@ -320,14 +311,7 @@ def clone_checkpoint(location: str, storage: str, trial_key: str, iteration: int
         raise CheckpointError(f"checkpoint {location!r} does not exist")
     os.makedirs(trial_dir, exist_ok=True)
     tmp = os.path.join(trial_dir, tmp_name)
-    try:
-        shutil.copytree(source, tmp, symlinks=True)
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"cannot copy checkpoint {location} to {final}: {exc}") from exc
+    _copy_into_place(source, tmp, final, failure=f"cannot copy checkpoint {location} to {final}")
     for entry in os.listdir(trial_dir):
         if entry != name and entry.startswith((CLONE_PREFIX, _CLONE_TMP_PREFIX)):
             shutil.rmtree(os.path.join(trial_dir, entry), ignore_errors=True)
@@ -368,3 +352,20 @@ def clone_checkpoint_or_newer(source: str, storage: str, trial_key: str, iterati
         log.warning("%s is gone; %s continues from the donor's newest, %s", source, trial_key,
                     stored[-1].location)
         return clone_checkpoint(stored[-1].location, storage, trial_key, iteration or 0)
+
+
+def _copy_into_place(source: str, tmp: str, final: str, *, failure: str, meta: str | None = None) -> None:
+    """Copy directory ``source`` to ``final`` through ``tmp`` (with ``meta`` written into it),
+    so a reader never sees a half-written ``final``; one that exists (a retry reaching the
+    same iteration again) is replaced.  A failure leaves no ``tmp`` behind."""
+    try:
+        shutil.copytree(source, tmp, symlinks=True)
+        if meta is not None:
+            with open(os.path.join(tmp, META_FILE), "w") as f:
+                f.write(meta)
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{failure}: {exc}") from exc

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubetune.devcluster.crds import install_crds
+
 GROUP = "kwok.x-k8s.io"
 VERSION = "v1alpha1"
 LOGS_CRD = {
@@ -33,23 +35,8 @@ LOGS_CRD = {
 
 
 def install_logs_crd(api_client: Any, timeout: float = 30.0) -> None:
-    """Create kwok's ``Logs`` CRD (if missing) and wait until it is served."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    extensions = client.ApiextensionsV1Api(api_client)
-    try:
-        extensions.create_custom_resource_definition(LOGS_CRD)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    deadline = time.monotonic() + timeout
-    while True:
-        crd = extensions.read_custom_resource_definition(LOGS_CRD["metadata"]["name"])
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the CRD {LOGS_CRD['metadata']['name']} is not Established after {timeout:.0f}s")
-        time.sleep(0.1)
+    """Create kwok's ``Logs`` CRD and wait until it is served."""
+    install_crds(api_client, documents=[LOGS_CRD], timeout=timeout)
 
 
 def serve_container_log(api_client: Any, namespace: str, pod: str, container: str, path: str | Path) -> None:
