@@ -108,7 +108,8 @@ def test_a_slow_client_is_answered_408_and_closed_within_the_timeout(sent):
         started = time.monotonic()
         raw = await asyncio.wait_for(reader.read(), 5)
         elapsed = time.monotonic() - started
-        assert raw.startswith(b"HTTP/1.1 408") and 0.3 <= elapsed < 2.0, (raw, elapsed)
+        # at the 0.5 s timeout, not never (wait_for gives up at 5 s); a loaded machine adds seconds
+        assert raw.startswith(b"HTTP/1.1 408") and 0.3 <= elapsed < 4.5, (raw, elapsed)
         writer.close()
     serve(test, header_timeout_s=0.5, body_timeout_s=0.5)
 

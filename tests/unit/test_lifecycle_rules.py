@@ -160,7 +160,7 @@ def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
 def test_a_running_trial_nobody_calls_ends_with_its_lease():
     import time
 
-    lease = 1.0    # ten times the gap between calls below, so a loaded machine's pauses do not end it
+    lease = 2.0    # twenty times the gap between calls below, so a loaded machine's pauses do not end it
     ended = threading.Event()
     host = TrialHost("w", capture_output=False, idle_timeout_s=0.05, on_idle=ended.set, lease_timeout_s=lease)
     host.assign({"trial_key": "ns/e/a", "entrypoint": "kubetune.examples.sleepy:train", "config": {"interval": 0.01},
