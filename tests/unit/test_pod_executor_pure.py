@@ -23,7 +23,7 @@ def render(**overrides):
     options = dict(namespace="ns", experiment="exp", trial="exp-3", trial_uid="uid-3", attempt=2,
                    params={"lr": 0.01, "note": "; rm -rf / $(HOME)", "flag": True},
                    env={"KUBETUNE_INGEST_URL": "http://op:8081"},
-                   resources=TrialResources(cpu=2, gpu=1, memory_bytes=2**30))
+                   resources=TrialResources(cpu=2, gpu=1, memory=2**30))
     options.update(overrides)
     return pod_spec.render_pod(TEMPLATE, **options)
 

@@ -33,7 +33,7 @@ def test_fits_and_ratio():
 
 
 def test_trial_bundles_total_is_bundle_times_count():
-    bundles = trial_bundles(TrialResources(cpu=2, gpu=1, memory_bytes=GiB, custom={"TPU": 1}, bundles=3))
+    bundles = trial_bundles(TrialResources(cpu=2, gpu=1, memory=GiB, custom={"TPU": 1}, bundles=3))
     assert len(bundles) == 3
     assert sum((b for b in bundles), Resources()) == Resources(cpu=6, gpu=3, memory=3 * GiB, custom={"TPU": 3})
 

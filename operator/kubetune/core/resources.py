@@ -1,4 +1,5 @@
-"""Resource amounts and the per-Ray-cluster ledger that decides who may start.
+"""The per-Ray-cluster ledger that decides who may start, over spec.resources.Resources
+(the one resource type; re-exported here).
 
 One ``ResourceLedger`` is shared by every Experiment on the same Ray cluster: a
 trial only launches when the ledger grants all of its bundles (a placement group
@@ -9,105 +10,11 @@ Pure bookkeeping: the executor feeds it the cluster's shape, nothing here asks R
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Iterable
 
-from kubetune.spec.model import TrialResources
 from kubetune.spec.quantities import format_memory
-
-# Ray accounts resources in units of 1/10000; rounding to that keeps repeated
-# add/sub of 0.1 CPU from drifting into "0.30000000000000004 free".
-_PRECISION = 4
-
-
-def _round(value: float) -> float:
-    return round(value, _PRECISION)
-
-
-def _fmt(value: float) -> str:
-    return f"{value:g}"
-
-
-@dataclass(frozen=True)
-class Resources:
-    """CPU, GPU, memory (bytes) and custom resources. Never negative."""
-    cpu: float = 0.0
-    gpu: float = 0.0
-    memory: float = 0.0
-    custom: Mapping[str, float] = field(default_factory=dict)
-
-    def _amounts(self) -> dict[str, float]:
-        return {"CPU": self.cpu, "GPU": self.gpu, "memory": self.memory, **self.custom}
-
-    @staticmethod
-    def _from_amounts(amounts: Mapping[str, float]) -> "Resources":
-        custom = {k: v for k, v in amounts.items() if k not in ("CPU", "GPU", "memory") and v > 0}
-        return Resources(cpu=amounts.get("CPU", 0.0), gpu=amounts.get("GPU", 0.0),
-                         memory=amounts.get("memory", 0.0), custom=custom)
-
-    def __add__(self, other: "Resources") -> "Resources":
-        if not self.custom and not other.custom:     # the common case, without dicts
-            return Resources(_round(self.cpu + other.cpu), _round(self.gpu + other.gpu),
-                             _round(self.memory + other.memory))
-        a, b = self._amounts(), other._amounts()
-        return Resources._from_amounts({k: _round(a.get(k, 0.0) + b.get(k, 0.0)) for k in a.keys() | b.keys()})
-
-    def __sub__(self, other: "Resources") -> "Resources":
-        """Subtracting more than there is leaves zero: a free amount is never negative."""
-        if not self.custom and not other.custom:
-            return Resources(max(0.0, _round(self.cpu - other.cpu)), max(0.0, _round(self.gpu - other.gpu)),
-                             max(0.0, _round(self.memory - other.memory)))
-        a, b = self._amounts(), other._amounts()
-        return Resources._from_amounts({k: max(0.0, _round(a.get(k, 0.0) - b.get(k, 0.0))) for k in a})
-
-    def scaled(self, factor: float) -> "Resources":
-        return Resources._from_amounts({k: _round(v * factor) for k, v in self._amounts().items()})
-
-    def fits(self, capacity: "Resources") -> bool:
-        """True when this amount fits inside ``capacity`` in every resource."""
-        if not self.custom:
-            return (self.cpu <= capacity.cpu + 1e-9 and self.gpu <= capacity.gpu + 1e-9
-                    and self.memory <= capacity.memory + 1e-9)
-        have = capacity._amounts()
-        return all(v <= have.get(k, 0.0) + 1e-9 for k, v in self._amounts().items() if v > 0)
-
-    def ratio(self, capacity: "Resources") -> float:
-        """How full ``capacity`` would be with this amount: the largest used fraction
-        over the resources ``capacity`` has (inf if this needs something it lacks)."""
-        have = capacity._amounts()
-        worst = 0.0
-        for k, v in self._amounts().items():
-            if v <= 0:
-                continue
-            if have.get(k, 0.0) <= 0:
-                return float("inf")
-            worst = max(worst, v / have[k])
-        return worst
-
-    def kinds(self) -> list[str]:
-        """Names of the resources this amount asks for (Ray's spelling)."""
-        return [k for k, v in self._amounts().items() if v > 0]
-
-    def amount(self, kind: str) -> float:
-        return self._amounts().get(kind, 0.0)
-
-    def to_ray(self) -> dict[str, float]:
-        """The dict Ray's ``resources=`` / placement-group bundles / ``request_resources`` take."""
-        return {k: v for k, v in self._amounts().items() if v > 0}
-
-    @staticmethod
-    def from_ray(amounts: Mapping[str, float]) -> "Resources":
-        """From a Ray resource dict (``ray.nodes()[i]["Resources"]``); Ray's internal
-        per-node markers such as ``node:10.0.0.1`` are not schedulable amounts."""
-        return Resources._from_amounts({k: float(v) for k, v in amounts.items()
-                                        if not k.startswith("node:") and k != "object_store_memory"})
-
-    def describe(self) -> str:
-        parts = [f"{_fmt(self.cpu)} CPU" if self.cpu else "", f"{_fmt(self.gpu)} GPU" if self.gpu else "",
-                 f"{format_memory(self.memory)} memory" if self.memory else ""]
-        parts += [f"{_fmt(v)} {k}" for k, v in sorted(self.custom.items()) if v]
-        return ", ".join(p for p in parts if p) or "nothing"
-
+from kubetune.spec.resources import Resources, TrialResources, _fmt
 
 def describe_amount(kind: str, value: float) -> str:
     return f"{format_memory(value)} memory" if kind == "memory" else f"{_fmt(value)} {kind}"
@@ -115,9 +22,7 @@ def describe_amount(kind: str, value: float) -> str:
 
 def trial_bundles(resources: TrialResources) -> list[Resources]:
     """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
-    bundle = Resources(cpu=resources.cpu, gpu=resources.gpu, memory=float(resources.memory_bytes or 0),
-                       custom=dict(resources.custom))
-    return [bundle] * resources.bundles
+    return [resources.amount()] * resources.bundles
 
 
 def total_of(bundles: Iterable[Resources]) -> Resources:

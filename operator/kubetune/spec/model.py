@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kubetune.spec.resources import TrialResources
+
 ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii")
 # Optuna's samplers that cannot search several objectives at once
 SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
@@ -168,50 +170,6 @@ class Budget:
     # 1,000-trial Experiment does not flood the ClusterQueue (Kueue admits about one
     # workload per ClusterQueue per scheduling cycle)
     admission_window: int = 4
-
-
-@dataclass(frozen=True)
-class TrialResources:
-    """What one trial asks for, the one request type from the spec to the executors:
-    ``bundles`` identical bundles of these amounts.  ``bundles`` > 1 reserves them in one
-    placement group; the trial's own process takes bundle 0, the rest are for the
-    workers it starts.  (core.resources.Resources is arithmetic over amounts: capacity,
-    free, used; ``core.resources.trial_bundles`` turns a request into those.)"""
-    cpu: float = 1.0
-    gpu: float = 0.0
-    memory_bytes: int | None = None
-    custom: Mapping[str, float] = field(default_factory=dict)
-    bundles: int = 1
-
-    @classmethod
-    def of(cls, resources: Any) -> "TrialResources":
-        """``resources`` as given to an executor: itself, None (the defaults) or its
-        dict form (a driver process or a Ray actor hands it over as JSON)."""
-        if resources is None:
-            return cls()
-        if isinstance(resources, TrialResources):
-            return resources
-        get = resources.get if isinstance(resources, Mapping) else \
-            (lambda name, default=None: getattr(resources, name, default))
-        cpu = get("cpu", None)
-        return cls(cpu=1.0 if cpu is None else float(cpu),
-                   gpu=float(get("gpu", 0.0) or 0.0),
-                   memory_bytes=get("memory_bytes", None),
-                   custom=dict(get("custom", None) or {}),
-                   bundles=int(get("bundles", 1) or 1))
-
-    def bundle(self) -> dict[str, float]:
-        """One bundle in Ray's resource names."""
-        amounts: dict[str, float] = {"CPU": self.cpu}
-        if self.gpu:
-            amounts["GPU"] = self.gpu
-        if self.memory_bytes:
-            amounts["memory"] = float(self.memory_bytes)
-        amounts.update({k: float(v) for k, v in self.custom.items()})
-        return amounts
-
-    def total(self) -> dict[str, float]:
-        return {k: v * self.bundles for k, v in self.bundle().items()}
 
 
 @dataclass(frozen=True)

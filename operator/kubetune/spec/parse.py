@@ -329,7 +329,7 @@ def _resources(raw: Any) -> TrialResources:
         custom[str(name)] = float(amount)
     return TrialResources(
         cpu=_number(obj, "cpu", path, 1.0, 0.0), gpu=_number(obj, "gpu", path, 0.0, 0.0),
-        memory_bytes=memory, custom=custom, bundles=_int(obj, "bundles", path, 1, 1),
+        memory=float(memory or 0), custom=custom, bundles=_int(obj, "bundles", path, 1, 1),
     )
 
 

@@ -139,7 +139,7 @@ class WorkerPool:
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=0,
                 placement_group_capture_child_tasks=True)
-        shape_info = {"cpu": shape.cpu, "gpu": shape.gpu, "memory_bytes": shape.memory_bytes,
+        shape_info = {"cpu": shape.cpu, "gpu": shape.gpu, "memory": shape.memory,
                       "custom": dict(shape.custom), "bundles": shape.bundles, "pg": pg_name}
         handle = _HostActor.options(**options).remote(
             name, pool_key, shape_info, launch, idle_timeout_s=3 * self.idle_ttl_s,
