@@ -21,11 +21,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -33,7 +31,7 @@ import pytest
 from kube_fixtures import temporary_namespace, wait_for
 from kubetune.devcluster.processes import free_port
 from operator_fixtures import OperatorProcess
-from ray_fixtures import RAY_ENV, use_test_auth_token, wait_for_head
+from ray_fixtures import RAY_ENV, end_processes, session_processes, use_test_auth_token, wait_for_head
 
 __all__ = ["RayHead", "autoscaling_ray", "scaled_down", "module_namespace", "autoscaling_operator"]
 
@@ -126,33 +124,14 @@ class RayHead:
     def _processes(self) -> list[int]:
         """Live processes of this head: its session (GCS, raylet, autoscaler, workers) and
         anything else naming its temp dir (the fake nodes the autoscaler started)."""
-        session, marker, found = self.process.pid, str(self.temp_dir).encode(), []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-                if os.getsid(int(entry.name)) == session or marker in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except (OSError, IndexError):
-                continue
-        return found
+        return session_processes(self.process.pid, str(self.temp_dir).encode())
 
     def stop(self, *, grace_s: float = 5.0, remove_files: bool = True) -> None:
         """End the head, its autoscaler and every fake node, as `ray stop` would for this
         head only: SIGTERM to each process at once, SIGKILL to what is left after
         ``grace_s`` (`ray start --block` alone takes long to wind down on SIGTERM)."""
         if self.process is not None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                for pid in self._processes():
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-                deadline = time.monotonic() + grace_s
-                while self._processes() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+            end_processes(self._processes, grace_s)
             self.process.wait(10)
             left = self._processes()
             self.process = None

@@ -84,6 +84,39 @@ def wait_for_head(process: subprocess.Popen, log_path: Path, timeout_s: float) -
     return False
 
 
+def session_processes(session: int, marker: bytes | None = None) -> list[int]:
+    """Live (not zombie) processes of one session (a Ray head's GCS, raylet, workers),
+    and with ``marker`` any other whose command line names it (e.g. the head's temp dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if os.getsid(int(entry.name)) == session or marker is not None and marker in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def end_processes(find, grace_s: float) -> list[int]:
+    """What `ray stop` does, for one head only: SIGTERM to each of ``find()`` at once,
+    SIGKILL to what is left after ``grace_s`` (`ray start --block` alone takes half a
+    minute to wind down on SIGTERM); returns what is still there after that."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in find():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while find() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return find()
+
+
 def stop_ray_head(process: subprocess.Popen) -> None:
     """End the head we started (its whole process group: raylet, GCS, workers)."""
     if process.poll() is None:

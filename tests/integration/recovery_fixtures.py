@@ -4,35 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from operator_fixtures import OperatorProcess
 from kubetune.devcluster.processes import free_port
-from ray_fixtures import start_ray_head, stop_ray_head
+from ray_fixtures import end_processes, session_processes, start_ray_head, stop_ray_head
 
 __all__ = ["RestartableRay", "OperatorWithEnv", "ray_restartable"]
-
-
-def _session_processes(session: int) -> list[int]:
-    """Live (not zombie) processes of one session: a Ray head's GCS, raylet and workers."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry)) != session:
-                continue
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            found.append(int(entry))
-    return found
 
 
 class RestartableRay:
@@ -56,19 +36,7 @@ class RestartableRay:
         once, SIGKILL to what is left after ``grace_s``. (`ray start --block` alone takes
         half a minute to wind down on SIGTERM.)"""
         session = self.process.pid
-        for pid in _session_processes(session):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while _session_processes(session) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for pid in _session_processes(session):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_processes(lambda: session_processes(session), grace_s)
         self.process.wait(10)
 
     def cleanup(self) -> None:
