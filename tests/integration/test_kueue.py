@@ -14,12 +14,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from k8s_helpers import GROUP, VERSION, create, wait_condition
+from k8s_helpers import GROUP, VERSION, create, experiment_gone, wait_condition
 from kube_fixtures import Kubectl, temporary_namespace, wait_for
 from kubetune.core.admission import ADMISSION_GATE
 from kubetune.devcluster.build import kubectl as kubectl_binary
 from kubetune.devcluster.processes import free_port
 from kubetune.k8s.kueue import KueueApi
+from kubetune.trainable.api import TrialStopped
 from operator_fixtures import OperatorProcess
 from test_pods import Container
 
@@ -144,43 +145,144 @@ def test_a_higher_priority_team_preempts_and_the_preempted_trial_resumes_from_it
     assert summary["queueWaitSeconds"]["max"] > 0
 
 
-def test_a_many_trial_experiment_keeps_at_most_its_admission_window_waiting(kueue_operator, api, teams, tmp_path):
+class Players:
+    """Plays every admitted pod of some Experiments as its container would: one result,
+    then exit 0; and keeps, per Experiment, what a sample of pods and Workloads showed."""
+
+    def __init__(self, core, custom, tmp_path: Path, experiments: dict[str, str]) -> None:
+        self.core, self.custom, self.tmp_path = core, custom, tmp_path
+        self.experiments = experiments                 # name -> namespace
+        self.admitted: list[str] = []                   # experiment of each admission, in order
+        self.ended: set[str] = set()                    # pods played to their end
+        self.most_running = dict.fromkeys(experiments, 0)
+        self.most_in_flight = dict.fromkeys(experiments, 0)
+        self.most_waiting = dict.fromkeys(experiments, 0)   # gated pods, or Workloads pending
+        self.samples = 0
+        self._seen: set[str] = set()
+
+    def pending_workloads(self, namespace: str, experiment: str) -> int:
+        """Workloads of the Experiment's pods that Kueue has neither admitted nor finished."""
+        def holds(w, kind):
+            return any(c["type"] == kind and c["status"] == "True" for c in (w.get("status") or {}).get("conditions") or [])
+        return sum(1 for w in KueueApi(self.custom.api_client).list_workloads(namespace)
+                   if any(ref.get("name", "").startswith(f"{experiment}-") for ref in w["metadata"].get("ownerReferences") or [])
+                   and not holds(w, "Admitted") and not holds(w, "Finished"))
+
+    def sample(self, play: bool = True) -> None:
+        self.samples += 1
+        for experiment, namespace in self.experiments.items():
+            live = [p for p in pods(self.core, namespace, experiment) if p.metadata.deletion_timestamp is None
+                    and p.status.phase not in ("Succeeded", "Failed")]
+            waiting = sum(1 for p in live if gated(p))
+            admitted = [p for p in live if not gated(p)]
+            self.most_waiting[experiment] = max(self.most_waiting[experiment], waiting,
+                                                self.pending_workloads(namespace, experiment))
+            self.most_running[experiment] = max(self.most_running[experiment], len(admitted))
+            self.most_in_flight[experiment] = max(self.most_in_flight[experiment], len(live))
+            for pod in admitted:
+                if pod.metadata.name not in self._seen:
+                    self._seen.add(pod.metadata.name)
+                    self.admitted.append(experiment)
+                if play and pod.status.phase == "Running" and pod.metadata.name not in self.ended:
+                    self._play(pod)
+
+    def _play(self, pod) -> None:
+        try:
+            container = Container(self.core, pod, self.tmp_path)
+            container.session.report({"loss": 0.5})
+            container.exit(0)
+        except TrialStopped:      # admitted beyond parallelism and given back: its pod goes
+            return
+        except client.exceptions.ApiException as error:
+            if error.status != 404:
+                raise
+            return
+        self.ended.add(pod.metadata.name)
+
+    def phase(self, experiment: str) -> str | None:
+        found = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.experiments[experiment], "experiments",
+                                                         experiment)
+        return (found.get("status") or {}).get("phase")
+
+
+def test_a_200_trial_experiment_never_has_more_than_its_admission_window_pending(kueue_operator, api, teams, tmp_path):
+    """parallelism 4 over the ClusterQueue's 2 CPUs: Kueue refuses the third trial, and
+    from then on at most admissionWindow (3) pods and Workloads wait for admission, at
+    every sample, while trials are admitted two at a time and finish.  The test plays
+    the first 60 of the 200 trials and then deletes the Experiment: at load 20 the
+    operator, Kueue and kwok turn over about 0.5 trials a second (all 200 took 6 min),
+    and the window's bound is the same at trial 60 as at trial 200."""
     core, custom = api
     team_a = teams[0]
-    window, trials = 2, 10
-    create(custom, team_a, {**example("team-a.yaml", maxTrials=trials, parallelism=6, admissionWindow=window),
+    window, played = 3, 60
+    create(custom, team_a, {**example("team-a.yaml", maxTrials=200, parallelism=4, admissionWindow=window),
                             "metadata": {"name": "many"}})
-    most_waiting = most_running = 0
-    ended: set[str] = set()
+    players = Players(core, custom, tmp_path, {"many": team_a})
 
     def advance():
-        nonlocal most_waiting, most_running
-        live = [p for p in pods(core, team_a, "many") if p.metadata.deletion_timestamp is None
-                and p.status.phase not in ("Succeeded", "Failed")]
-        workloads = [w for w in KueueApi(custom.api_client).list_workloads(team_a)
-                     if any(ref.get("name", "").startswith("many-") for ref in w["metadata"].get("ownerReferences") or [])
-                     and not any(c["type"] == "Admitted" and c["status"] == "True"
-                                for c in (w.get("status") or {}).get("conditions") or [])
-                     and not any(c["type"] == "Finished" and c["status"] == "True"
-                                 for c in (w.get("status") or {}).get("conditions") or [])]
-        most_waiting = max(most_waiting, sum(1 for p in live if gated(p)), len(workloads))
-        admitted = [p for p in live if not gated(p)]
-        most_running = max(most_running, len(admitted))
-        if most_waiting < window:     # the first two run until the window has filled behind them
-            return False
-        for pod in admitted:
-            if pod.status.phase == "Running" and pod.metadata.name not in ended:
-                container = Container(core, pod, tmp_path)
-                container.session.report({"loss": 0.5})
-                container.exit(0)
-                ended.add(pod.metadata.name)
-        experiment = custom.get_namespaced_custom_object(GROUP, VERSION, team_a, "experiments", "many")
-        return (experiment.get("status") or {}).get("phase") == "Succeeded"
+        # the first trials run until the window has filled behind them
+        players.sample(play=players.most_waiting["many"] >= window)
+        return len(players.ended) >= played
 
-    wait_for(advance, timeout=150, interval=0.2, message=f"all {trials} trials admitted in turn and finished")
-    assert len(ended) == trials
-    assert most_waiting == window, f"at most {window} waiting for admission, and the window used ({most_waiting})"
-    assert most_running <= 2        # the ClusterQueue's 2 CPUs
+    try:
+        wait_for(advance, timeout=240, interval=0.1, message=f"{played} trials admitted in turn and finished")
+        assert players.most_waiting["many"] == window, \
+            f"at most {window} waiting for admission at every sample ({players.samples}), and the window used"
+        assert players.most_running["many"] <= 2        # the ClusterQueue's 2 CPUs
+        status = wait_for(lambda: (lambda s: s if s.get("kueue", {}).get("admissions", 0) >= played else None)(
+            custom.get_namespaced_custom_object(GROUP, VERSION, team_a, "experiments", "many").get("status") or {}),
+            timeout=60, interval=0.2, message="the operator counting the admissions of the trials played")
+        assert status["kueue"]["waitingForAdmission"] <= window
+        assert status["trialCounts"]["failed"] == 0 and status["kueue"]["evictions"] == 0, status
+    finally:    # the ClusterQueue free for the next test
+        custom.delete_namespaced_custom_object(GROUP, VERSION, team_a, "experiments", "many")
+        wait_for(lambda: experiment_gone(custom, team_a, "many") and not [
+            p for p in pods(core, team_a, "many") if p.status.phase not in ("Succeeded", "Failed")
+            and p.metadata.deletion_timestamp is None], timeout=90, interval=0.2,
+            message="the Experiment deleted and its pods gone")
+
+
+def test_two_teams_saturating_one_cluster_queue_share_it_fairly(kueue_operator, api, teams, tmp_path):
+    """Kueue's Admission Fair Sharing (examples/kueue/queues.yaml, the manager's
+    admissionFairSharing): team A keeps eight trials waiting, team B two, both at the same
+    priority.  By age alone (BestEffortFIFO) a team's share is about its share of the
+    waiting Workloads: without admissionScope B got 8 of the first 30 admissions (27%)
+    and this test failed; by usage each team gets about half.  And a trial waiting for
+    admission holds no parallelism slot: A's pods in flight go past its parallelism (2)
+    while at most 2 run."""
+    core, custom = api
+    team_a, team_b = teams
+    for team in teams:      # LocalQueues of their own: no usage from the other tests
+        custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", team, "localqueues", {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "fair"},
+            "spec": {"clusterQueue": "tuning"}})
+    for team, name, window in ((team_a, "fair-a", 8), (team_b, "fair-b", 2)):
+        body = example("team-a.yaml", maxTrials=60, parallelism=2, admissionWindow=window)
+        body["metadata"]["name"], body["spec"]["queue"] = name, "fair"
+        create(custom, team, body)
+    players = Players(core, custom, tmp_path, {"fair-a": team_a, "fair-b": team_b})
+    admissions = 30
+
+    def advance():
+        players.sample()
+        return len(players.admitted) >= admissions
+
+    try:
+        wait_for(advance, timeout=240, interval=0.1, message=f"{admissions} admissions between the two teams")
+        first = players.admitted[:admissions]
+        shares = {team: first.count(team) / admissions for team in ("fair-a", "fair-b")}
+        assert min(shares.values()) >= 0.4, f"one team starved the other: {shares}, in order {first}"
+        assert max(players.most_running.values()) <= 2, players.most_running      # parallelism: admitted ones
+        assert players.most_in_flight["fair-a"] > 2, players.most_in_flight       # waiting ones hold no slot
+        assert players.most_waiting["fair-a"] <= 8 and players.most_waiting["fair-b"] <= 2, players.most_waiting
+    finally:    # the ClusterQueue free for the next test
+        for name, team in (("fair-a", team_a), ("fair-b", team_b)):
+            custom.patch_namespaced_custom_object(GROUP, VERSION, team, "experiments", name, {"spec": {"suspend": True}})
+        wait_for(lambda: not any(pods_live for pods_live in (
+            [p for p in pods(core, team, name) if p.status.phase not in ("Succeeded", "Failed")
+             and p.metadata.deletion_timestamp is None]
+            for name, team in (("fair-a", team_a), ("fair-b", team_b)))), timeout=60, interval=0.2,
+            message="both suspended: their pods gone")
 
 
 def test_a_trial_is_provisioning_while_an_admission_check_is_pending(kueue_operator, api, teams, tmp_path):

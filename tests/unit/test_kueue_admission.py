@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from kubetune.core import admission
-from kubetune.core.types import LaunchTrial, Result, TrialPhase
+from kubetune.core.types import LaunchTrial, PauseTrial, Result, TrialPhase
 from kubetune.spec import SpecError
 from unit_helpers import make_runner, make_spec, of_type
 
@@ -182,3 +182,79 @@ def test_after_a_restart_the_window_holds_until_the_pods_say_and_no_wait_is_coun
     assert runner.trials["exp-1"].queue_wait_s == 3.0              # admitted before the restart: not again
     runner.on_admission("exp-0", False, 20.0, queue_wait_s=12.0)
     assert runner.trials["exp-0"].queue_wait_s == 15.0 and runner.trials["exp-0"].queue_waits == 2
+
+
+# ---------------------------------------------------------------- parallelism and the window
+
+def test_a_trial_waiting_for_admission_holds_no_parallelism_slot_once_kueue_says_the_queue_is_full():
+    runner = make_runner(kueue_spec(parallelism=1, admissionWindow=3))
+    assert [d.name for d in of_type(runner.step(0.0), LaunchTrial)] == ["exp-0"]
+    # Kueue has not said anything yet: one pod, as parallelism 1 would have without Kueue
+    assert not runner.on_admission("exp-0", True, 1.0) and not of_type(runner.step(1.0), LaunchTrial)
+    runner.on_admission("exp-0", True, 2.0, queue_full=True)           # no quota for it
+    assert [d.name for d in of_type(runner.step(2.0), LaunchTrial)] == ["exp-1", "exp-2"]
+    assert runner.awaiting_admission() == ["exp-0", "exp-1", "exp-2"]   # the window, not parallelism
+    assert runner.summary(2.0).counts["Failed"] == 0
+    runner.on_admission("exp-0", False, 9.0, queue_wait_s=9.0)
+    assert not of_type(runner.step(9.0), LaunchTrial)                  # one admitted: parallelism is full
+
+
+def test_an_admission_beyond_parallelism_is_given_back_as_a_pause_and_relaunched_later():
+    runner = make_runner(kueue_spec(parallelism=1, admissionWindow=2, maxTrials=3))
+    runner.step(0.0)
+    runner.on_admission("exp-0", True, 1.0, queue_full=True)
+    runner.step(1.0)
+    runner.on_admission("exp-0", False, 5.0, queue_wait_s=5.0)
+    [back] = of_type(runner.on_admission("exp-1", False, 5.0, queue_wait_s=4.0), PauseTrial)   # quota freed for two
+    trial = runner.trials["exp-1"]
+    assert back.name == "exp-1" and trial.phase is TrialPhase.PAUSED
+    assert trial.reason == admission.BEYOND_PARALLELISM and trial.failures == 0 and trial.evictions == 0
+    assert trial.queue_waits == 0                       # given back: not an admission
+    assert not of_type(runner.step(6.0), LaunchTrial)
+    runner.on_trial_result("exp-0", Result(0, 1, {"loss": 0.5}, 7.0, attempt=0), 7.0)
+    runner.on_trial_completed("exp-0", 7.0)
+    assert "exp-1" in [d.name for d in of_type(runner.step(8.0), LaunchTrial)]
+
+
+@pytest.mark.parametrize("parallelism,window", [(2, 4), (1, 3), (4, 2)])
+def test_a_200_trial_experiment_in_a_contended_queue_keeps_both_bounds_and_finishes(parallelism, window):
+    """Kueue's quota (3) is shared with another team that holds all of it at times."""
+    from kubetune.core.simulate import Simulator
+    from unit_helpers import quadratic
+    runner = make_runner(kueue_spec(maxTrials=200, parallelism=parallelism, admissionWindow=window))
+    sim = Simulator(runner, quadratic, trial_length=3, kueue_quota=3,
+                    foreign_usage=lambda now: 3 if int(now) % 40 < 25 else (1 if int(now) % 40 < 32 else 0))
+    most_waiting = 0
+    for _ in range(5000):
+        if runner.finished:
+            break
+        sim.tick()
+        assert len(sim.running) <= parallelism           # admitted and running: parallelism
+        assert len(sim.waiting) <= window                # waiting for admission: the window
+        most_waiting = max(most_waiting, len(sim.waiting))
+    assert runner.finished is not None and runner.finished.reason == "MaxTrialsReached"
+    summary = runner.summary(sim.now)
+    assert summary.counts["Succeeded"] == 200 and summary.counts["Failed"] == 0
+    assert most_waiting == window                        # the window was used, beyond parallelism
+    assert summary.kueue["admissions"] >= 200
+
+
+def test_preemptions_are_pauses_for_asha_and_the_failure_budgets():
+    """A trial preempted before a rung resumes from its checkpoint and is judged at the rung
+    with the values it reaches there; maxFailures 0 and maxFailedTrials 0 are never hit."""
+    from kubetune.core.simulate import Simulator
+    from unit_helpers import quadratic
+    spec = make_spec(executor="pod", queue="tuning", trial={"entrypoint": None, "template": POD_TEMPLATE, "maxFailures": 0},
+                     scheduler={"type": "asha", "gracePeriod": 2, "reductionFactor": 2, "maxIterations": 8},
+                     budget={"maxTrials": 40, "parallelism": 2, "admissionWindow": 2, "maxFailedTrials": 0})
+    runner = make_runner(spec)
+    preempted = {f"exp-{i}" for i in range(0, 40, 3)}
+    sim = Simulator(runner, quadratic, kueue_quota=2, foreign_usage=lambda now: 1 if int(now) % 10 < 5 else 0,
+                    faults=lambda name, attempt, iteration: "preempted" if name in preempted and attempt == 0
+                    and iteration == 2 else None)
+    assert sim.run(5000) is not None and runner.finished.reason == "MaxTrialsReached"
+    for name in preempted:
+        trial = runner.trials[name]
+        assert trial.evictions == 1 and trial.failures == 0 and trial.phase is not TrialPhase.FAILED
+        assert trial.iteration >= 2             # resumed past the preemption: judged at the rung it reached
+    assert runner.summary(sim.now).kueue["evictions"] == len(preempted)

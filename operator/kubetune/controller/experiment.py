@@ -727,7 +727,8 @@ class ExperimentController:
             self._note_waiting(name, update.waiting_reason, update.waiting_message)
             if update.awaiting_admission or update.queue_wait_s is not None:   # before its end, if it ended
                 waits = trial.queue_waits
-                await self._apply(self.runner.on_admission(name, update.awaiting_admission, now, update.queue_wait_s))
+                await self._apply(self.runner.on_admission(name, update.awaiting_admission, now, update.queue_wait_s,
+                                                           queue_full=update.queue_full))
                 if trial.queue_waits != waits:
                     self._touched.add(name)
             if update.results:

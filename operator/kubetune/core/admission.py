@@ -31,16 +31,40 @@ QUEUED = "WaitingForAdmission"
 PROVISIONING = "Provisioning"
 PREEMPTED = "Preempted"
 EVICTED = "Evicted"
+BEYOND_PARALLELISM = "AdmittedBeyondParallelism"   # an admission the runner gave back (a pause)
 
 
 @dataclass(frozen=True)
 class Admission:
     """``waiting`` (a reason: QUEUED or PROVISIONING) while Kueue has not admitted the pod;
-    ``evicted`` (PREEMPTED or EVICTED) once Kueue stops it; ``queue_wait_s`` once admitted."""
+    ``evicted`` (PREEMPTED or EVICTED) once Kueue stops it; ``queue_wait_s`` once admitted.
+    ``queue_full``: Kueue tried the Workload and could not reserve quota for it (its
+    ``QuotaReserved`` condition is False), the signal that opens the window (``may_hand_over``)."""
     waiting: str = ""
     message: str = ""
     evicted: str = ""
     queue_wait_s: float | None = None
+    queue_full: bool = False
+
+
+def may_hand_over(admitted: int, waiting: int, parallelism: int, window: int, queue_full: bool) -> bool:
+    """Whether the runner may hand one more trial to Kueue (create its pod).
+
+    ``parallelism`` bounds the admitted trials, ``window`` the ones waiting for admission;
+    a waiting trial does not hold a parallelism slot.  While Kueue admits what it is given
+    (no waiting trial found the queue full) only ``parallelism - admitted`` are handed
+    over, as without Kueue: more would be admitted at once, beyond parallelism, and be
+    given back.  Once Kueue says the queue is full, up to ``window`` wait beyond the
+    admitted ones and keep their place in the queue; should several be admitted at once
+    (quota freed), those beyond parallelism are given back (``on_admission``)."""
+    if admitted >= parallelism or waiting >= window:
+        return False
+    return queue_full or admitted + waiting < parallelism
+
+
+def in_flight_limit(parallelism: int, window: int, queue_full: bool) -> int:
+    """How many unfinished trials may exist: the admitted ones and the waiting ones."""
+    return parallelism + window if queue_full else parallelism
 
 
 def managed(pod: Mapping[str, Any]) -> bool:
@@ -76,7 +100,8 @@ def admission(pod: Mapping[str, Any], workload: Mapping[str, Any] | None,
         if pending:
             message += f" ({pending} workloads pending there)"
         why = (reserved or {}).get("message")
-        return Admission(waiting=QUEUED, message=f"{message}: {why}" if why else message)
+        return Admission(waiting=QUEUED, message=f"{message}: {why}" if why else message,
+                         queue_full=reserved is not None and reserved.get("status") == "False")
     return Admission(queue_wait_s=queue_wait(pod))
 
 

@@ -75,10 +75,12 @@ class TrialRunner:
         self._bundles = trial_bundles(spec.trial.resources)
         self.finished: FinishExperiment | None = None
         self._front = pareto.FrontCache()
-        # launched trials Kueue has not admitted yet (spec.queue): RUNNING to the runner, so
-        # that the in-flight count stays within parallelism as Queued Ray trials do, but at
-        # most spec.budget.admissionWindow of them at once (see _admission_room)
+        # launched trials Kueue has not admitted yet (spec.queue): RUNNING to the runner (the
+        # executor watches their pods) but holding no parallelism slot; at most
+        # spec.budget.admissionWindow of them (core/admission.may_hand_over)
         self._awaiting_admission: set[str] = set()
+        # of those, the ones Kueue found no quota for at the last poll: the queue is full
+        self._queue_full: set[str] = set()
         # after a restart: running trials whose admission is not known yet (counted in the
         # window until the first poll says; an admission seen then was counted before)
         self._admission_unknown: set[str] = set()
@@ -147,6 +149,7 @@ class TrialRunner:
         if phase is not RUNNING:
             self._awaiting_admission.discard(trial.name)
             self._admission_unknown.discard(trial.name)
+            self._queue_full.discard(trial.name)
         self._counts[trial.phase] -= 1
         self._counts[phase] += 1
         trial.phase = phase
@@ -239,7 +242,7 @@ class TrialRunner:
 
     def _create_trials(self) -> list[Decision]:
         decisions: list[Decision] = []
-        while self._created < self.max_trials and len(self._active) < self.spec.budget.parallelism:
+        while self._created < self.max_trials and len(self._active) < self._in_flight_limit():
             name = f"{self.experiment}-{self._created}"
             params = self.searcher.suggest(name)
             if params is None:
@@ -270,8 +273,7 @@ class TrialRunner:
     def _launch_runnable(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
         candidates = [t for t in self._active.values() if t.launchable]
-        while candidates and self._counts[RUNNING] < self.spec.budget.parallelism and self._admission_room() \
-                and not self.finished:
+        while candidates and self._slot_free() and not self.finished:
             trial = self.scheduler.choose_trial_to_run(candidates)
             if trial is None:
                 break
@@ -318,32 +320,60 @@ class TrialRunner:
 
     # ------------------------------------------------------------------ Kueue admission
 
-    def _admission_room(self) -> bool:
-        """Another trial may be handed to Kueue: fewer than ``admissionWindow`` wait for
-        admission.  Without the window a 1,000-trial Experiment with parallelism 1,000 would
-        put 1,000 workloads in the ClusterQueue, which admits about one per cycle."""
-        return len(self._awaiting_admission) < self.spec.budget.admission_window
+    def _slot_free(self) -> bool:
+        """Room to launch one more trial: ``parallelism`` bounds the running trials; with
+        Kueue the admitted ones, and ``admissionWindow`` the ones waiting for admission (a
+        1,000-trial Experiment would otherwise flood a ClusterQueue that admits about one
+        workload per cycle)."""
+        budget = self.spec.budget
+        if not self.spec.queue:
+            return self._counts[RUNNING] < budget.parallelism
+        waiting = len(self._awaiting_admission)
+        return admission.may_hand_over(self._counts[RUNNING] - waiting, waiting, budget.parallelism,
+                                       budget.admission_window, bool(self._queue_full))
+
+    def _in_flight_limit(self) -> int:
+        budget = self.spec.budget
+        if not self.spec.queue:
+            return budget.parallelism
+        return admission.in_flight_limit(budget.parallelism, budget.admission_window, bool(self._queue_full))
 
     def awaiting_admission(self) -> list[str]:
         return sorted(self._awaiting_admission)
 
-    def on_admission(self, name: str, waiting: bool, now: float, queue_wait_s: float | None = None) -> list[Decision]:
+    def on_admission(self, name: str, waiting: bool, now: float, queue_wait_s: float | None = None,
+                     queue_full: bool = False) -> list[Decision]:
         """What the executor says of a running trial's pod: ``waiting`` for Kueue admission
-        (Queued or Provisioning; not running, not a failure), or admitted after
-        ``queue_wait_s`` seconds in the queue.  An admission frees a place in the window."""
+        (Queued or Provisioning; not running, not a failure; ``queue_full`` if Kueue found no
+        quota for it), or admitted after ``queue_wait_s`` seconds in the queue.  An admission
+        frees a place in the window; one beyond ``parallelism`` (Kueue admitted several
+        waiting trials at once) is given back: paused, it waits for a slot, not counted."""
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
             return []
         if waiting:
             self._awaiting_admission.add(name)
             self._admission_unknown.discard(name)
+            if queue_full:
+                self._queue_full.add(name)
+            else:
+                self._queue_full.discard(name)
             return []
         if name not in self._awaiting_admission:
             return []
+        self._queue_full.discard(name)
+        admitted_before = self._counts[RUNNING] - len(self._awaiting_admission)
         self._awaiting_admission.discard(name)
         if name in self._admission_unknown:      # admitted before the restart: counted then
             self._admission_unknown.discard(name)
             return [] if self.finished or self.spec.suspend else self._launch_runnable(now)
+        if admitted_before >= self.spec.budget.parallelism and not self.spec.suspend:
+            decisions = self._pause(trial, SchedulerDecision(
+                Action.PAUSE, admission.BEYOND_PARALLELISM,
+                f"admitted by Kueue while {admitted_before} trials run (parallelism "
+                f"{self.spec.budget.parallelism}): given back, relaunched when a trial ends"), now)
+            trial.relaunch = True
+            return decisions
         trial.admitted_attempt = trial.attempt
         if queue_wait_s is not None:
             trial.queue_wait_s += queue_wait_s
@@ -519,7 +549,7 @@ class TrialRunner:
                               "params": dict(trial.params)})
         del trial.lineage[:-KEPT_LINEAGE]
         trial.relaunch = True
-        if self._counts[RUNNING] >= self.spec.budget.parallelism:
+        if not self._slot_free():
             return decisions        # parallelism was lowered: the next step relaunches it
         return decisions + self._try_launch(trial, now)
 
@@ -602,7 +632,7 @@ class TrialRunner:
         # A cluster fault waits for the next step: the cluster that just failed the trial
         # (or its launch) may still be down, and relaunching at once from here would
         # recurse launch -> error -> launch for as long as it is.
-        if not cluster_fault and not self.spec.suspend and self._counts[RUNNING] < self.spec.budget.parallelism:
+        if not cluster_fault and not self.spec.suspend and self._slot_free():
             return self._try_launch(trial, now)
         return [TrialPhaseChanged(name, PENDING, trial.reason, message)]
 

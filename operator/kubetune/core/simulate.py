@@ -4,6 +4,11 @@ Each tick, every running trial reports one iteration whose objective comes from 
 ``curve(params, iteration)``; faults can be injected per (trial, attempt, iteration).
 Pure and deterministic, so tests, the quality check and the 10k-trial benchmark drive
 the real ``TrialRunner`` with no Ray and no sleeps.
+
+With ``kueue_quota`` a launched trial first waits in a FIFO queue, as a pod waits for
+Kueue: each tick the queue admits what fits in the quota (less ``foreign_usage``, another
+team's share) and tells the runner, as the pod executor does, which trials wait and that
+the queue is full.
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from kubetune.core.types import (
 
 # the objective at (params, iteration), or every metric of that result (several objectives)
 Curve = Callable[[Mapping[str, Any], int], "float | Mapping[str, float]"]
-# (trial name, attempt, iteration about to be reported) -> None, "error" or "cluster"
+# (trial name, attempt, iteration about to be reported) -> None, "error", "cluster" or
+# "preempted" (Kueue took the trial's quota back: its pod is gone, a pause)
 Faults = Callable[[str, int, int], "str | None"]
 
 
@@ -28,6 +34,7 @@ class SimTrial:
     iteration: int
     seq: int
     attempt: int
+    queued_at: float = 0.0
 
 
 @dataclass
@@ -42,17 +49,37 @@ class Simulator:
     log: list[Decision] = field(default_factory=list)
     iterations_run: int = 0                # results delivered: the compute spent
     keep_log: bool = True
+    kueue_quota: int | None = None         # trials a Kueue ClusterQueue admits at once; None: no Kueue
+    foreign_usage: Callable[[float], int] = lambda now: 0   # of that quota, what others hold at ``now``
+    waiting: dict[str, SimTrial] = field(default_factory=dict)   # launched, not admitted, in FIFO order
 
     def apply(self, decisions: list[Decision]) -> None:
         for decision in decisions:
             if self.keep_log:
                 self.log.append(decision)
             if isinstance(decision, LaunchTrial):
-                self.running[decision.name] = SimTrial(decision.name, decision.params, decision.start_iteration,
-                                                       decision.last_result_seq, decision.attempt)
+                trial = SimTrial(decision.name, decision.params, decision.start_iteration,
+                                 decision.last_result_seq, decision.attempt, queued_at=self.now)
+                (self.running if self.kueue_quota is None else self.waiting)[decision.name] = trial
                 self.apply(self.runner.on_trial_launched(decision.name, self.now))
             elif isinstance(decision, (StopTrial, PauseTrial)):
                 self.running.pop(decision.name, None)
+                self.waiting.pop(decision.name, None)
+
+    def admit(self) -> None:
+        """Kueue's turn: admit the waiting trials that fit, oldest first; the rest wait."""
+        if self.kueue_quota is None:
+            return
+        free = self.kueue_quota - len(self.running) - self.foreign_usage(self.now)
+        for trial in list(self.waiting.values()):
+            if self.waiting.get(trial.name) is not trial:
+                continue
+            if free > 0:
+                free -= 1
+                self.running[trial.name] = self.waiting.pop(trial.name)
+                self.apply(self.runner.on_admission(trial.name, False, self.now, self.now - trial.queued_at))
+            else:
+                self.apply(self.runner.on_admission(trial.name, True, self.now, queue_full=True))
 
     def reattach(self) -> None:
         """Carry on the runner's running trials, as a restarted operator re-attaches to the
@@ -72,7 +99,8 @@ class Simulator:
         if fault:
             self.running.pop(trial.name, None)
             self.apply(self.runner.on_trial_errored(trial.name, f"simulated {fault} at iteration {iteration}",
-                                                    self.now, cluster_fault=fault == "cluster"))
+                                                    self.now, cluster_fault=fault == "cluster",
+                                                    evicted="Preempted" if fault == "preempted" else ""))
             return
         trial.iteration, trial.seq = iteration, trial.seq + 1
         checkpoint = f"sim://{trial.name}/{iteration}" if iteration % self.checkpoint_every == 0 else None
@@ -85,6 +113,7 @@ class Simulator:
     def tick(self, dt: float = 1.0) -> None:
         self.now += dt
         self.apply(self.runner.step(self.now))
+        self.admit()
         for trial in list(self.running.values()):
             if self.running.get(trial.name) is trial:
                 self.report(trial)

@@ -18,6 +18,8 @@ host too, so the manager serves its webhooks on a loopback port and:
 - only the webhooks of what this manager serves are registered (the Pod integration
   and Kueue's own kinds): a registered webhook whose path the manager does not serve
   would refuse every Job or Deployment in the cluster (failurePolicy: Fail);
+- Admission Fair Sharing between the LocalQueues of a ClusterQueue is configured
+  (``admissionFairSharing``; a ClusterQueue opts in with its ``admissionScope``);
 - the visibility API (an aggregated API server that needs in-cluster authentication
   delegation) is off: ``VisibilityOnDemand=false``;
 - its metrics server is off (``bindAddress: "0"``), but with cert management off the
@@ -67,6 +69,13 @@ def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dic
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": ["pod"]},
         "featureGates": {"VisibilityOnDemand": False},
+        # Admission Fair Sharing (beta, on by default in v0.15): a ClusterQueue with
+        # admissionScope UsageBasedAdmissionFairSharing (examples/kueue/queues.yaml) admits
+        # next from the LocalQueue (team) with the least recent usage.  Each admission adds
+        # an entry penalty to its LocalQueue at once, so two saturating teams alternate;
+        # the usage itself is sampled every 10 s and halves in 10 minutes (Kueue's own
+        # example: 5 min and 7 days; a tuning queue turns over in minutes).
+        "admissionFairSharing": {"usageHalfLifeTime": "10m", "usageSamplingInterval": "10s"},
     }
 
 

@@ -96,9 +96,11 @@ class TrialUpdate:
     waiting_reason: str = ""
     waiting_message: str = ""
     # Kueue (core/admission.py): ``awaiting_admission`` while its pod waits for admission
-    # (waiting_reason says Queued or Provisioning); ``queue_wait_s`` once admitted;
-    # ``evicted`` (Preempted, Evicted) with MISSING when Kueue took the pod away
+    # (waiting_reason says Queued or Provisioning; ``queue_full`` if Kueue found no quota
+    # for it); ``queue_wait_s`` once admitted; ``evicted`` (Preempted, Evicted) with
+    # MISSING when Kueue took the pod away
     awaiting_admission: bool = False
+    queue_full: bool = False
     queue_wait_s: float | None = None
     evicted: str = ""
 

@@ -301,7 +301,8 @@ class PodExecutor:
                                        error=f"{kueue_state.evicted} by Kueue: {kueue_state.message}", **common)
                 if kueue_state.waiting:
                     return TrialUpdate(key, TrialState.RUNNING, waiting_reason=kueue_state.waiting,
-                                       waiting_message=kueue_state.message, awaiting_admission=True, **common)
+                                       waiting_message=kueue_state.message, awaiting_admission=True,
+                                       queue_full=kueue_state.queue_full, **common)
         if phase == "Succeeded":
             return TrialUpdate(key, TrialState.COMPLETED, **common)
         if phase == "Failed":
