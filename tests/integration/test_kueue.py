@@ -311,10 +311,12 @@ def test_a_trial_is_provisioning_while_an_admission_check_is_pending(kueue_opera
     body["metadata"]["name"], body["spec"]["queue"] = "provisioned", "checked"
     create(custom, team_b, body)
 
-    status = wait_for(lambda: (lambda s: s if s.get("reason") == "Provisioning" else None)(
-        (trial(custom, team_b, "provisioned-0").get("status") or {})), timeout=60, interval=0.2,
-        message="the trial Provisioning while the admission check is pending")
-    assert status["phase"] == "Queued" and "capacity" in status["message"], status
+    # Kueue reserves the quota first and lists the Workload's admission checks a moment
+    # later (at load 30 one poll saw the reservation without them): wait for the check's name
+    status = wait_for(lambda: (lambda s: s if s.get("reason") == "Provisioning" and "capacity" in s.get("message", "")
+                               else None)((trial(custom, team_b, "provisioned-0").get("status") or {})),
+                      timeout=60, interval=0.2, message="the trial Provisioning, naming the pending admission check")
+    assert status["phase"] == "Queued", status
     [pod] = pods(core, team_b, "provisioned")
     assert gated(pod)
 
