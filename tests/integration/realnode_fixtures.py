@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from kubernetes import client
@@ -157,9 +158,14 @@ def get_experiment(api, namespace: str, name: str) -> dict:
     return client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", name)
 
 
-def wait_succeeded(cluster: RealCluster, namespace: str, name: str, timeout: float) -> dict:
+def wait_succeeded(cluster: RealCluster, namespace: str, name: str, timeout: float,
+                   each: Callable[[], object] | None = None) -> dict:
+    """The Experiment once Succeeded (fails at once if it Failed); ``each`` runs at every
+    poll, to record what happens on the way."""
     with cluster.api_client() as api:
         def finished():
+            if each is not None:
+                each()
             body = get_experiment(api, namespace, name)
             failed = condition(body, "Failed")
             assert not (failed and failed["status"] == "True"), body["status"]

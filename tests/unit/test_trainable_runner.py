@@ -207,6 +207,15 @@ def test_entrypoint_string_is_imported_in_the_trial():
     runner = finished(run("kubetune.examples.quadratic:train", config={"x": 1, "y": -2}))
     results = runner.fetch(0)["results"]
     assert [r["metrics"]["val_loss"] for r in results] == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4, 1 / 5])
+    assert all("gpus" not in r["metrics"] for r in results)     # a CPU trial: val_loss alone
+
+
+def test_the_quadratic_reports_the_gpus_ray_gave_the_trial(monkeypatch):
+    # what Ray sets in a trial's process for resources.gpu: 2 (the real-node KubeRay test
+    # reads "gpus" to see that its trials got their logical GPUs)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    results = finished(run("kubetune.examples.quadratic:train", config={"iterations": 2})).fetch(0)["results"]
+    assert [r["metrics"]["gpus"] for r in results] == [2, 2]
 
 
 def test_bad_entrypoint_fails_the_trial_with_a_clear_message():

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kuberay", action="store_true",
                         help="also run the KubeRay operator (built from its Go module) with its CRDs: "
                              "RayClusters become Ray pods; implies --node")
+    parser.add_argument("--gpus", type=int, default=0, metavar="N",
+                        help="advertise N nvidia.com/gpu on the node (a count, no devices: Ray's logical "
+                             "GPUs for examples/kuberay's GPU group); implies --node")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness (up)")
 
 
@@ -87,9 +90,11 @@ def main(args: argparse.Namespace) -> int:
         if plane is not None:
             _stop(plane)  # leftovers of a crashed plane
         try:
-            if args.node or args.kuberay:
+            if args.node or args.kuberay or args.gpus:
                 from kubetune.devcluster.node.node import start_cluster
-                plane, _ = start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
+                plane, node = start_cluster(state_dir, log=_log, timeout=max(args.timeout, 180.0))
+                if args.gpus:
+                    node.advertise({"nvidia.com/gpu": args.gpus})
             else:
                 plane = ControlPlane(state_dir, with_scheduler=args.with_scheduler or args.kueue, log=_log)
                 plane.start(timeout=args.timeout)

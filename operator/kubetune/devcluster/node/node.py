@@ -263,6 +263,27 @@ state = "{RUN_DIR / 'state'}"
                 return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
             self._wait("kubelet", f"node {NODE_NAME} Ready", deadline, ready)
 
+    def advertise(self, resources: dict[str, int], timeout: float = 60.0) -> None:
+        """Advertise extended resources (``{"nvidia.com/gpu": 2}``) in the node's capacity,
+        as Kubernetes documents it ("Advertise Extended Resources for a Node"): the
+        scheduler places pods that request them and the kubelet admits those pods.  No
+        device is behind them: a pod gets none of the hardware, only the count, which
+        is all Ray needs for logical GPUs (KubeRay's ``num-gpus`` from the limits).  The
+        kubelet keeps such a resource through its status updates (only device plugins'
+        resources are its own); waits until allocatable shows them."""
+        from kubernetes import client
+        patch = [{"op": "add", "path": "/status/capacity/" + name.replace("~", "~0").replace("/", "~1"),
+                  "value": str(count)} for name, count in resources.items()]
+        with self.plane.api_client() as api:
+            core = client.CoreV1Api(api)
+            core.patch_node_status(NODE_NAME, patch)     # a list: sent as a JSON patch
+
+            def advertised() -> bool:
+                allocatable = core.read_node(NODE_NAME).status.allocatable or {}
+                return all(allocatable.get(name) == str(count) for name, count in resources.items())
+            self._wait("kubelet", f"{resources} allocatable on {NODE_NAME}", time.monotonic() + timeout, advertised)
+        self.log(f"node: {NODE_NAME} advertises {resources} (no devices behind them)")
+
     def _wait(self, component: str, what: str, deadline: float, check: Callable[[], bool]) -> None:
         last = ""
         while True:
