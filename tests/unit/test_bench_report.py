@@ -55,6 +55,9 @@ def test_throughput_compares_the_offered_window_with_the_processed_one():
     assert m["offered_per_s"] == pytest.approx(40 / 0.95)
     assert m["processed_per_s"] == pytest.approx(40 / 1.9)
     assert m["lag_p50_s"] == pytest.approx(0.1)
+    # a downsampled curve (kubetune's history) keeps its ends: the rate counts every result
+    thinned = dict(run, offered_at=[times[::4] + [times[-1]] for times in offered])
+    assert report.throughput_metrics(thinned, nominal_rate=40.0)["offered_per_s"] == pytest.approx(40 / 0.95)
     keeping_up = dict(run, last_processed=2.0)       # held the last result when it was due
     assert report.throughput_metrics(keeping_up, nominal_rate=40.0)["processed_over_offered"] == pytest.approx(1.0)
 

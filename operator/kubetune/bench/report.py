@@ -136,7 +136,9 @@ def throughput_metrics(run: Mapping[str, Any], *, nominal_rate: float) -> dict[s
     lags = run.get("lags") or []
     return {
         "processed_over_offered": ratio(last - first, max(processed_window, last - first)),
-        "offered_per_s": ratio(len(due), last - first),
+        # every result, not the points of ``offered_at``: kubetune's history is a
+        # downsampled curve (its first and last points kept), Ray Tune's the full list
+        "offered_per_s": ratio(run.get("results") or len(due), last - first),
         "processed_per_s": ratio(run["results"], max(processed_window, last - first)),
         "nominal_per_s": nominal_rate,
         "lag_p50_s": percentile(lags, 0.5), "lag_p99_s": percentile(lags, 0.99),
