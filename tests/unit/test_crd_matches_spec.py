@@ -75,6 +75,27 @@ def test_enums_are_the_same(path, names):
         scheduler_class(parse_experiment(spec))
 
 
+
+def _cel_names(rule_start: str) -> set[str]:
+    """The scheduler names in the list literal of the CRD's CEL rule starting so."""
+    rules = [r["rule"] for _, schema in [("", spec_schema()), *fields(spec_schema())]
+             for r in schema.get("x-kubernetes-validations") or [] if r["rule"].startswith(rule_start)]
+    [rule] = rules
+    [names] = re.findall(r"self\.(?:scheduler\.)?type in \[([^\]]*)\]", rule)
+    return {name.strip(" '\"") for name in names.split(",")}
+
+
+def test_the_crds_scheduler_rules_list_what_the_schedulers_declare():
+    """`kubectl apply` refuses several objectives with a single-objective scheduler, and a
+    missing maxIterations, from lists in CEL rules: a new scheduler's `objectives` or
+    `requires_max_iterations` must be in them, or the API server and the operator disagree."""
+    from kubetune.core.schedulers import MULTI_OBJECTIVE_SCHEDULERS
+    assert _cel_names("!has(self.objectives) || size(self.objectives) < 2 || !has(self.scheduler)") == \
+        set(MULTI_OBJECTIVE_SCHEDULERS)
+    needs_cap = {name for name, cls in {**SCHEDULERS, **MULTI_OBJECTIVE_SCHEDULERS}.items()
+                 if cls.requires_max_iterations}
+    assert _cel_names("!has(self.type) || !(self.type in") == needs_cap
+
 def test_adding_a_scheduler_is_its_file_its_test_the_crd_enum_and_the_readme_row():
     """CONTRIBUTING.md, "Adding a scheduler": the registry finds each scheduler in its own
     file of core/schedulers/, and no other module names one (spec's default, fifo, aside),

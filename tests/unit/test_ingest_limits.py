@@ -106,10 +106,10 @@ def test_a_slow_client_is_answered_408_and_closed_within_the_timeout(sent):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(sent)          # and then nothing: headers or body never complete
         started = time.monotonic()
-        raw = await asyncio.wait_for(reader.read(), 5)
+        raw = await asyncio.wait_for(reader.read(), 5)     # never answered: TimeoutError
         elapsed = time.monotonic() - started
-        # at the 0.5 s timeout, not never (wait_for gives up at 5 s); a loaded machine adds seconds
-        assert raw.startswith(b"HTTP/1.1 408") and 0.3 <= elapsed < 4.5, (raw, elapsed)
+        # answered at the timeout, not at once (how late depends on the machine's load)
+        assert raw.startswith(b"HTTP/1.1 408") and elapsed >= 0.3, (raw, elapsed)
         writer.close()
     serve(test, header_timeout_s=0.5, body_timeout_s=0.5)
 
