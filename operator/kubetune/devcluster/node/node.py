@@ -136,12 +136,29 @@ class Node:
                 continue
             started = time.monotonic()
             self.ctr("images", "import", str(archive), timeout=900)
-            if previous.get("name") and previous["name"] != image.name:     # an older build of it
-                subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "rm",
-                                self._normalized(previous["name"])], capture_output=True, timeout=60)
+            self._remove_older_builds(image)
             imported[image.family] = {"name": image.name, "key": image.key}
             marker.write_text(json.dumps(imported, indent=1))
             self.log(f"node: imported {image.name} in {time.monotonic() - started:.0f}s")
+
+    def _remove_older_builds(self, image: images.Image) -> None:
+        """Drop every other build of ``image``'s name from containerd, under both names an
+        archive brings (``docker.io/library/x`` and buildah's ``localhost/x``): each code
+        change builds a new tag, and the untagged layers of the old ones (about 700 MB per
+        operator build) are only garbage-collected once no name refers to them."""
+        repository, _, _ = image.name.rpartition(":")
+        keep = {self._normalized(name) for name in [image.name, *image.tags]}
+        keep |= {f"localhost/{name}" for name in [image.name, *image.tags]}
+        repositories = {self._normalized(image.name).rpartition(":")[0], f"localhost/{repository}"}
+        rows = [line.split()[:3] for line in self.ctr("images", "ls").splitlines()[1:]]
+        stale = {ref for ref, _, _ in rows if ref.rpartition(":")[0] in repositories and ref not in keep}
+        # the CRI plugin also names each image by its id (sha256:...): a build no other name
+        # refers to any more is held only by that
+        named = {digest for ref, _, digest in rows if not ref.startswith("sha256:") and ref not in stale}
+        stale |= {ref for ref, _, digest in rows if ref.startswith("sha256:") and digest not in named}
+        for ref in sorted(stale):
+            subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "rm", ref],
+                           capture_output=True, timeout=60)
 
     @staticmethod
     def _normalized(name: str) -> str:
