@@ -50,3 +50,45 @@ def test_fewer_than_ten_earlier_trials_leave_cmaes_as_it_was():
     assert searcher.warm_start_used == WS_CMA_MIN_TRIALS - 1
     assert searcher.study.sampler._source_trials is None
     assert searcher.suggest("second-0") is not None      # no error from the cmaes package
+
+
+def mixed_spec(algorithm, trials, warm, space, warm_space="full"):
+    raw = merge(BASE, {"searchSpace": space, "search": {"algorithm": algorithm, "seed": 5},
+                       "budget": {"maxTrials": trials, "parallelism": 1}})
+    if warm:
+        raw["warmStart"] = {"experiments": ["first"], "searchSpace": warm_space}
+    return parse_experiment(raw)
+
+
+def warm_cmaes_run(space, warm_space, first_loss, first_trials=30):
+    """The earlier Experiment (TPE) then a warm CMA-ES Experiment: every
+    second-Experiment trial it runs, and the CMA-ES sampler's source trials."""
+    first = make_runner(mixed_spec("tpe", first_trials, False, space), name="first")
+    Simulator(first, first_loss, trial_length=1).run()
+    second = make_runner(mixed_spec("cmaes", 8, True, space, warm_space), name="second",
+                         warm_start=warm_trials("first", records_of(first)))
+    Simulator(second, first_loss, trial_length=1).run()
+    return second
+
+
+def test_warm_cmaes_with_a_choice_parameter_runs_its_trials():
+    # CMA-ES leaves a choice out of its search space; source trials carrying it were
+    # refused ("No compatible source_trials") on every ask, so no trial ever started.
+    space = {**SPACE, "opt": {"choice": ["adam", "sgd"]}}
+    second = warm_cmaes_run(space, "full", lambda p, i: bowl(p, i) + (p["opt"] == "adam"))
+    done = [t for t in second.trials.values() if t.phase.value == "Succeeded"]
+    assert len(done) == 8
+    assert {t.params["opt"] for t in done} <= {"adam", "sgd"}
+    assert set(second.searcher.study.sampler._source_trials[0].params) == {"x", "y"}
+
+
+def test_warm_cmaes_with_a_box_that_collapses_an_int_runs_its_trials():
+    # every good earlier trial took n=3, so the bounding box makes n a single value,
+    # which CMA-ES leaves out of its search space as it does a choice; 100 earlier
+    # trials give 10 good ones, all inside the box, enough for warm CMA-ES
+    space = {**SPACE, "n": {"randint": [1, 9]}}
+    second = warm_cmaes_run(space, "boundingBox", lambda p, i: bowl(p, i) + 100 * (p["n"] != 3), 100)
+    assert second.searcher.distributions["n"].single()
+    assert set(second.searcher.study.sampler._source_trials[0].params) == {"x", "y"}
+    done = [t for t in second.trials.values() if t.phase.value == "Succeeded"]
+    assert len(done) == 8 and {t.params["n"] for t in done} == {3}

@@ -278,7 +278,19 @@ class Searcher:
         # WS-CMA-ES fits its start to the best 10% of the earlier trials (cmaes'
         # get_warm_start_mgd, gamma 0.1): fewer than 10 select none, and it refuses
         trials = self._warm_frozen()
-        return trials if len(trials) >= WS_CMA_MIN_TRIALS else None
+        if len(trials) < WS_CMA_MIN_TRIALS:
+            return None
+        # CMA-ES searches only the numeric parameters with more than one value (a choice,
+        # or a range a bounding box narrowed to one value, is sampled on its own), and
+        # accepts a source trial only if its parameters are exactly those: otherwise it
+        # raises "No compatible source_trials" on every ask.
+        cma_space = {name: d for name, d in self.distributions.items()
+                     if isinstance(d, (FloatDistribution, IntDistribution)) and not d.single()}
+        if not cma_space:
+            return None
+        return [optuna.trial.create_trial(
+            state=t.state, values=t.values, params={n: t.params[n] for n in cma_space},
+            distributions=cma_space, user_attrs=t.user_attrs, system_attrs=t.system_attrs) for t in trials]
 
     def _warm_frozen(self) -> list[optuna.trial.FrozenTrial]:
         """The warm-start trials as completed Optuna trials (what ``Study.add_trial`` adds)."""
