@@ -15,7 +15,11 @@ are put in the box too: they are asked as given. Earlier trials outside the box 
 be represented in it and do not seed the study (the paper's BO sees only the box).
 
 The box is a function of the warm-start set only, which the controller fixes at the
-first start (controller/warm_start.py), so a restarted operator searches the same box.
+first start (controller/warm_start.py), so a restarted operator searches the same box
+while every source Experiment exists. The box itself is not stored: a source deleted or
+re-created since seeds nothing after a restart, so the box is recomputed from the
+remaining sources (or is None: the full space), and restored trials of this Experiment
+outside it become parameterless FAIL placeholders in the study (core/search.py).
 """
 from __future__ import annotations
 
