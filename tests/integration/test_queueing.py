@@ -238,3 +238,17 @@ def test_queue_timeout_fails_a_trial_that_waits_too_long(autoscaling_operator, e
     assert "startTime" not in trial["status"]
     assert failed["status"]["trialCounts"]["failed"] == 1
     wait_for(request_withdrawn, timeout=20, interval=0.5, message="the autoscaler request to be withdrawn")
+
+
+def test_an_experiment_ending_with_trials_queued_withdraws_its_request(autoscaling_operator, experiments_api,
+                                                                       module_namespace):
+    api, ns = experiments_api, module_namespace
+    # its trial never fits (three GPU bundles, two nodes at most) but asks for a scale-up;
+    # maxDuration ends the Experiment with the trial still queued
+    create(api, ns, gpu_experiment("short-lived", bundles=3, budget={"maxTrials": 1, "maxDuration": "5s"}))
+    wait_for(lambda: any(b.get("GPU") for b in requested_bundles()), timeout=60, interval=0.5,
+             message="the scale-up request")
+    wait_for(lambda: (get_experiment(api, ns, "short-lived").get("status") or {}).get("completionTime"),
+             timeout=60, interval=0.5, message="the Experiment to finish")
+    # a finished Experiment's cycles make no Ray call: the request must still go with it
+    wait_for(request_withdrawn, timeout=20, interval=0.5, message="the autoscaler request to be withdrawn")

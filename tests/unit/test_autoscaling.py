@@ -193,3 +193,48 @@ def test_unreadable_node_types_make_the_cluster_unavailable_not_fixed_size():
         assert handle.last_error == "cannot reach Ray at 10.0.0.1:6379: cannot read the autoscaler's node types"
         assert not handle.ledger.capacity_known
     asyncio.run(scenario())
+
+
+def test_an_experiment_that_finishes_with_trials_queued_withdraws_their_request():
+    # a finished Experiment's cycles make no Ray call: ending its runs must withdraw the
+    # request itself, or the GPU nodes it asked for stay up
+    from types import SimpleNamespace
+    from kubetune.controller.experiment import ExperimentController
+
+    async def scenario():
+        executor = ScriptedExecutor([{"CPU": 2}])
+        executor.stop_all = lambda prefix: 0
+        clock = Clock()
+        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()
+        handle.ledger.set_waiting("ns/e/t0", [Resources(cpu=0.5, gpu=1)])     # queued for a GPU
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert executor.requests[-1] == [{"CPU": 0.5, "GPU": 1.0}]
+        handle.ledger.release("ns/e/t0")          # the Experiment finished (goal reached): dropped
+        controller = ExperimentController(namespace="ns", name="e", store=None, registry=None, body=lambda: {})
+        controller.cluster, controller.runner = handle, SimpleNamespace(active_trials=lambda: [])
+        await controller._stop_runs_of_finished()
+        assert executor.requests[-1] == [] and controller._orphans_checked
+    asyncio.run(scenario())
+
+
+def test_a_driver_is_not_retired_before_its_request_is_withdrawn():
+    async def scenario():
+        executor = ScriptedExecutor([{"CPU": 2}])
+        executor.close = lambda: None
+        clock = Clock()
+        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()
+        handle.ledger.set_waiting("ns/e/t0", [Resources(cpu=0.5, gpu=1)])
+        clock.now += 5
+        await handle.refresh_capacity()
+        handle.mark_unavailable("connection reset")           # lost with the request standing
+        working = executor.request_resources
+        executor.request_resources = lambda bundles: (_ for _ in ()).throw(RayUnavailableError("10.0.0.1:6379", "down"))
+        clock.now += 10
+        assert not await handle.retire(handle.uses) and handle.executor is executor   # kept: retried later
+        executor.request_resources = working
+        clock.now += 10
+        assert await handle.retire(handle.uses) and executor.requests[-1] == []
+    asyncio.run(scenario())

@@ -184,6 +184,25 @@ def test_after_a_restart_the_window_holds_until_the_pods_say_and_no_wait_is_coun
     assert runner.trials["exp-0"].queue_wait_s == 15.0 and runner.trials["exp-0"].queue_waits == 2
 
 
+@pytest.mark.parametrize("admitted", [4, 2, 1])
+def test_after_a_restart_only_admissions_beyond_parallelism_are_given_back(admitted):
+    # with the queue full the runner had parallelism + admissionWindow (2 + 2) pods out;
+    # Kueue admitted `admitted` of them while the operator was down
+    from kubetune.core.types import TrialRecord
+    runner = make_runner(kueue_spec(parallelism=2, admissionWindow=2, maxTrials=6))
+    runner.restore([TrialRecord(name=f"exp-{i}", index=i, params={"x": 0.5}, phase=TrialPhase.RUNNING)
+                    for i in range(4)])
+    given_back = []
+    for i in range(4):
+        decisions = runner.on_admission(f"exp-{i}", i >= admitted, 10.0)
+        given_back += [d.name for d in of_type(decisions, PauseTrial)]
+        assert not of_type(decisions, LaunchTrial)
+    assert given_back == [f"exp-{i}" for i in range(2, admitted)]
+    assert all(runner.trials[name].reason == admission.BEYOND_PARALLELISM for name in given_back)
+    running = [name for name, trial in runner.trials.items() if trial.phase is TrialPhase.RUNNING]
+    assert len(set(running) - set(runner.awaiting_admission())) == min(admitted, 2)   # never above parallelism
+
+
 # ---------------------------------------------------------------- parallelism and the window
 
 def test_a_trial_waiting_for_admission_holds_no_parallelism_slot_once_kueue_says_the_queue_is_full():

@@ -90,16 +90,25 @@ class ClusterHandle:
         """End the connection (a driver process: the process) and forget what it knew;
         the next ``ensure_connected`` makes a new one.  Its autoscaler request is
         withdrawn first (nothing waits: no Experiment uses it).  False, and nothing
-        ended, if there was none or it was used since ``uses`` was counted."""
+        ended, if there was none, it was used since ``uses`` was counted, or its
+        request could not be withdrawn yet."""
         async with self._lock:
             executor = self.executor
             if executor is None or self.uses != uses:
                 return False
-            if self.connected and self._requested:
+            if self._requested:
+                # a request stands until replaced (nothing times it out): withdraw it first,
+                # reconnecting if the cluster was lost; until that works the driver stays
+                # and the next check tries again
+                if self.last_error and self._clock() < self._next_attempt:
+                    return False
                 try:
+                    if self.last_error:
+                        await asyncio.to_thread(executor.connect)
                     await asyncio.to_thread(executor.request_resources, [])
-                except Exception as error:  # noqa: BLE001 - the cluster's autoscaler will time it out
+                except Exception as error:  # noqa: BLE001 - Ray unreachable: retried next check
                     log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
+                    return False
             self.executor = None
             self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
             self._requested, self._capacity_at = None, float("-inf")
@@ -124,14 +133,18 @@ class ClusterHandle:
         self._capacity_at = now
         await self._sync_autoscaler_request()
 
-    async def sync_autoscaler_request(self) -> None:
-        """Update the autoscaler request now (demand left with a deleted Experiment)."""
+    async def sync_autoscaler_request(self) -> bool:
+        """Update the autoscaler request now (demand left with a deleted or finished
+        Experiment).  False if it could not be sent (not connected, or the call failed)."""
         async with self._lock:
-            if self.connected:
-                try:
-                    await self._sync_autoscaler_request()
-                except Exception as error:  # noqa: BLE001 - the next capacity refresh retries
-                    log.warning("cannot update the autoscaler request on %s: %s", self.address, error)
+            if not self.connected:
+                return False
+            try:
+                await self._sync_autoscaler_request()
+            except Exception as error:  # noqa: BLE001 - the caller or the next capacity refresh retries
+                log.warning("cannot update the autoscaler request on %s: %s", self.address, error)
+                return False
+            return True
 
     async def _sync_autoscaler_request(self) -> None:
         """Tell the autoscaler about queued demand over all Experiments on this cluster

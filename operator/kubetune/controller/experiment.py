@@ -665,7 +665,11 @@ class ExperimentController:
         stopped = await asyncio.to_thread(self.cluster.executor.stop_all, self._trial_key(""))
         if stopped:
             log.info("%s/%s: stopped %d actors of the finished experiment", self.namespace, self.name, stopped)
-        self._orphans_checked = True
+        # the trials it left queued are out of the ledger: withdraw their autoscaler demand
+        # now, since a finished Experiment's cycles make no Ray call (_done_with_ray) and
+        # the request stands until replaced (extra GPU nodes would stay up); retried next
+        # cycle if it failed
+        self._orphans_checked = await self.cluster.sync_autoscaler_request()
 
     async def _delete_checkpoints(self) -> None:
         """checkpoint.deleteOnCompletion: remove the checkpoints of ended trials, except

@@ -362,11 +362,15 @@ class TrialRunner:
         if name not in self._awaiting_admission:
             return []
         self._queue_full.discard(name)
+        # trials confirmed admitted: after a restart, only those seen admitted since (all
+        # restored running trials start out awaiting), so at most parallelism pass below
         admitted_before = self._counts[RUNNING] - len(self._awaiting_admission)
         self._awaiting_admission.discard(name)
-        if name in self._admission_unknown:      # admitted before the restart: counted then
-            self._admission_unknown.discard(name)
-            return [] if self.finished or self.spec.suspend else self._launch_runnable(now)
+        # admitted before the restart or while the operator was down: its queue wait is
+        # unknown (not counted) and its run started when recorded, but it still goes
+        # through the parallelism check (Kueue may have admitted window trials meanwhile)
+        restored = name in self._admission_unknown
+        self._admission_unknown.discard(name)
         if admitted_before >= self.spec.budget.parallelism and not self.spec.suspend:
             decisions = self._pause(trial, SchedulerDecision(
                 Action.PAUSE, admission.BEYOND_PARALLELISM,
@@ -375,10 +379,11 @@ class TrialRunner:
             trial.relaunch = True
             return decisions
         trial.admitted_attempt = trial.attempt
-        if queue_wait_s is not None:
-            trial.queue_wait_s += queue_wait_s
-            trial.queue_waits += 1
-        trial.attempt_start = now      # spec.trial.timeout counts the run, not the wait in the queue
+        if not restored:
+            if queue_wait_s is not None:
+                trial.queue_wait_s += queue_wait_s
+                trial.queue_waits += 1
+            trial.attempt_start = now      # spec.trial.timeout counts the run, not the wait in the queue
         return [] if self.finished or self.spec.suspend else self._launch_runnable(now)
 
     def _check_run_timeouts(self, now: float) -> list[Decision]:
