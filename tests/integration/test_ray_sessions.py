@@ -20,7 +20,8 @@ import pytest
 import ray
 
 from kubetune.executors.ray.executor import RayExecutor
-from test_ray_executor import SLEEPY, Tracker, launch, wait_for
+from kube_fixtures import wait_for
+from test_ray_executor import SLEEPY, Tracker, launch
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def test_a_stray_thread_of_an_ended_trial_never_reports_into_the_next(ray_local,
     a = executor.start(launch(first, LEAKY, {"how": how, "trace": str(trace), "release": str(release)}))
     assert tracker.until_done(first).state.value == "completed"
     assert [r.metrics["loss"] for r in tracker.history[first]] == [1.0]
-    wait_for(lambda: _lines(trace) >= 3, what="the stray thread reporting")
+    wait_for(lambda: _lines(trace) >= 3, timeout=60, message="the stray thread reporting")
     executor.stop(first)
 
     second = f"{experiment}sleepy-b"
@@ -66,7 +67,7 @@ def test_a_stray_thread_of_an_ended_trial_never_reports_into_the_next(ray_local,
     # the stray is seen trying 20 more times (or its process is gone: a retired worker)
     tried = _lines(trace)
     wait_for(lambda: _lines(trace) >= tried + 20 or not _alive(a.actor_name),
-             what="the stray thread reporting while trial B runs")
+             timeout=60, message="the stray thread reporting while trial B runs")
     gate.touch()
     final = tracker.until_done(second)
     release.touch()
@@ -77,6 +78,6 @@ def test_a_stray_thread_of_an_ended_trial_never_reports_into_the_next(ray_local,
         [r.metrics for r in tracker.history[second]]
     if how == "thread":   # A's thread still ran when A ended: its worker was retired
         assert b.actor_name != a.actor_name
-        wait_for(lambda: not _alive(a.actor_name), what="the retired worker ending")
+        wait_for(lambda: not _alive(a.actor_name), timeout=60, message="the retired worker ending")
     else:                 # unknown to A's session: the worker was reused, and B was safe anyway
         assert b.actor_name == a.actor_name
