@@ -177,6 +177,7 @@ def test_a_worker_with_stray_threads_says_so_when_asked():
 
     def leaky():
         threading.Thread(target=release.wait, args=(10,), daemon=True).start()
+        kubetune.report({"x": 1})
 
     host = TrialHost("w", "pool", capture_output=False)
     host.assign(launch_of("ns/e/a", leaky))

@@ -101,14 +101,26 @@ def test_seq_and_iteration_continue_from_the_launch():
     assert runner.fetch(0)["attempt"] == 2
 
 
-def test_function_returning_without_reports_completes():
-    batch = finished(run(lambda config: None)).fetch(0)
+def test_a_function_returning_without_a_single_report_fails_naming_the_reporting_calls():
+    def train(config):
+        return {"loss": 1.0}     # returned, never reported: a Ray Tune user's habit
+
+    batch = finished(run(train)).fetch(0)
+    assert batch["state"] == FAILED and batch["results"] == []
+    assert batch["error"].startswith("NoResultsReported: the function ")
+    assert "train returned without reporting a single result" in batch["error"]
+    for call in ("kubetune.report", "ray.tune.report", "ray.train.report", "ray.air.session.report"):
+        assert call in batch["error"]
+
+
+def test_a_resumed_attempt_with_nothing_left_to_do_may_return_without_reporting():
+    batch = finished(run(lambda config: None, start_iteration=10, start_seq=10, attempt=1)).fetch(10)
     assert batch["state"] == COMPLETED and batch["results"] == []
 
 
 def test_function_without_arguments_is_called_without_config():
     seen = []
-    finished(run(lambda: seen.append(kubetune.get_config()), config={"lr": 0.1}))
+    finished(run(lambda: seen.append(kubetune.get_config()) or kubetune.report({"x": 1}), config={"lr": 0.1}))
     assert seen == [{"lr": 0.1}]
 
 

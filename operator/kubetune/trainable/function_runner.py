@@ -62,6 +62,17 @@ MAX_PENDING_RESULTS = 10_000
 KEPT_ACKED_RESULTS = 1_000          # fetched-past results kept for a restarting operator
 KEPT_ACKED_BYTES = 8 << 20
 PENDING_WAIT_S = 1.0                # a waiting report() re-checks for a stop this often
+# A trial that reported nothing is no success: most often its reports went to an API
+# kubetune does not serve, which would otherwise pass without a word (issue 29)
+NO_RESULTS = "NoResultsReported"
+REPORTING_CALLS = ("kubetune.report(metrics), or Ray Tune's ray.tune.report(metrics), ray.train.report, "
+                   "ray.air.session.report, or a tune.Trainable whose step() returns its metrics")
+
+
+def no_results_error(what: str) -> str:
+    """The failure of a trial whose function returned without one report (first line: the class)."""
+    return (f"{NO_RESULTS}: {what} returned without reporting a single result; a trial reports "
+            f"once per iteration with {REPORTING_CALLS}")
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +119,12 @@ def _takes_arguments(function: Callable[..., Any]) -> bool:
         return bool(inspect.signature(function).parameters)
     except (TypeError, ValueError):   # builtins without a signature
         return True
+
+
+def _describe(function: Callable[..., Any] | str) -> str:
+    if isinstance(function, str):
+        return f"the entrypoint {function}"
+    return f"the function {getattr(function, '__qualname__', repr(function))}"
 
 
 def format_error(exc: BaseException, skip_frames: int = 0) -> str:
@@ -242,6 +259,9 @@ class FunctionRunner:
                 function(self.config)
             else:
                 function()
+            if self.last_seq == self.start_seq and self.start_iteration == 0:
+                # a resumed attempt may rightly find nothing left to do; a first one may not
+                outcome, error = FAILED, no_results_error(_describe(self.function))
         except api.TrialStopped:
             outcome = STOPPED
         except BaseException as exc:  # noqa: BLE001 - the trial fails, the worker lives on
