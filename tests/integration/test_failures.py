@@ -60,6 +60,8 @@ SYSTEMATIC = [
     ("kubetune.examples.misbehaving:exits", "SystematicFailure", "called sys.exit(0)"),
     ("kubetune.examples.misbehaving:reports_text", "SystematicFailure",
      "val_loss was reported as a str ('0.25'), not a number"),
+    ("kubetune.examples.misbehaving:returns_metrics", "SystematicFailure",
+     "NoResultsReported: the entrypoint kubetune.examples.misbehaving:returns_metrics returned without reporting"),
 ]
 
 

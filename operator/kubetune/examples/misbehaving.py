@@ -3,6 +3,7 @@ a message that names the mistake (README, troubleshooting).
 
 - ``exits``          reports ``val_loss`` 0.25, then calls ``sys.exit(0)``.
 - ``reports_text``   reports ``val_loss`` as the string ``"0.25"``.
+- ``returns_metrics`` returns its metrics instead of reporting them (nothing reported).
 - ``NOT_CALLABLE``   an entrypoint that names a constant, not a function.
 """
 from __future__ import annotations
@@ -21,3 +22,7 @@ def exits(config: dict) -> None:
 
 def reports_text(config: dict) -> None:
     kubetune.report({"val_loss": "0.25"})
+
+
+def returns_metrics(config: dict) -> dict:
+    return {"val_loss": 0.25}
