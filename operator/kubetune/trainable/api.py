@@ -38,6 +38,11 @@ class TrialStopped(BaseException):
     """
 
 
+class TrialDone(BaseException):
+    """Raised after a result that says ``done: True`` (Ray Tune's way for a trial to say it
+    finished): ends the user's function as if it had returned."""
+
+
 class NoTrialError(RuntimeError):
     """A trial-side API function was called outside a running trial."""
 

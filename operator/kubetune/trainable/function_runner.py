@@ -42,7 +42,7 @@ import weakref
 from typing import Any, Callable, Mapping
 
 from kubetune.spec.results import MAX_RESULT_BYTES, Result, check_metric, check_metrics
-from kubetune.trainable import api
+from kubetune.trainable import api, raytune
 from kubetune.checkpoints.storage import CheckpointStore, materialize
 from kubetune.trainable.output import LineBuffer
 
@@ -253,12 +253,17 @@ class FunctionRunner:
         outcome, error = COMPLETED, ""
         try:
             function = self.function
+            raytune.serve_ray_api()          # before the trial's code imports Ray Tune
             if isinstance(function, str):
                 function = resolve_entrypoint(function)
-            if _takes_arguments(function):
-                function(self.config)
-            else:
-                function()
+            function = raytune.adapt(function)
+            try:
+                if _takes_arguments(function):
+                    function(self.config)
+                else:
+                    function()
+            except api.TrialDone:
+                pass
             if self.last_seq == self.start_seq and self.start_iteration == 0:
                 # a resumed attempt may rightly find nothing left to do; a first one may not
                 outcome, error = FAILED, no_results_error(_describe(self.function))

@@ -63,6 +63,8 @@ class PodSession:
         self._output = output     # None: the container log, file descriptor 1
         self._restored: str | None = None
         self._lock = threading.Lock()
+        self.started_at = time.time()
+        self.reports = 0          # results this process delivered
 
     # ---------------------------------------------------------------- api.Session
 
@@ -78,6 +80,7 @@ class PodSession:
             self._send(body)
             self._next_seq += 1
             self._iteration = iteration
+            self.reports += 1
 
     def get_config(self) -> dict:
         with open(self._config_file) as handle:
