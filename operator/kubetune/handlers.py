@@ -77,6 +77,7 @@ def _event_poster(body):
 
 
 CLEANUP_RETRY_SECONDS = 3.0
+CLEANUP_BACKSTOP_SECONDS = 60.0
 
 
 def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = None) -> None:
@@ -111,7 +112,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
                                    idle_s=chosen.ray_driver_idle_seconds)
         # opened by the writer's thread: a database that is down at start delays the
         # results (kept, retried), never the operator
-        RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None))
+        RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None),
+                                retention_s=chosen.results_retention_days * 86400.0)
         STATE = OperatorState(
             clusters,
             store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
@@ -136,14 +138,27 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         STATE.wake(namespace, name)
 
     # An Experiment's finalizer stays until its trials are ended, retried every few seconds;
-    # after settings.cleanup_timeout_seconds kopf gives up and lets it go (the trials' own lease
-    # then ends them: trainable/host.py). Each failed attempt is a Warning Event.
-    @kopf.on.delete(GROUP, VERSION, EXPERIMENTS, timeout=chosen.cleanup_timeout_seconds, registry=registry)
-    async def experiment_deleted(namespace: str, name: str, body: kopf.Body, retry: int, **_) -> None:
+    # after settings.cleanup_timeout_seconds the operator gives up and lets it go (the trials'
+    # own lease then ends them: trainable/host.py), releasing what it held for it.  That is
+    # decided here, not by kopf's handler timeout, which would drop the finalizer without
+    # calling us (ledger holdings and the controller would stay). Each failed attempt is a
+    # Warning Event.
+    # (kopf's timeout stays, far past ours, as a backstop only: every attempt is retried
+    # within CLEANUP_RETRY_SECONDS, so ours is always seen first)
+    @kopf.on.delete(GROUP, VERSION, EXPERIMENTS, registry=registry,
+                    timeout=chosen.cleanup_timeout_seconds + CLEANUP_BACKSTOP_SECONDS)
+    async def experiment_deleted(namespace: str, name: str, body: kopf.Body, retry: int, runtime, **_) -> None:
+        give_up = runtime.total_seconds() >= chosen.cleanup_timeout_seconds
         try:
-            await STATE.delete(namespace, name, body)
-        except CleanupPending as error:
-            kopf.event(body, type="Warning", reason="CleanupPending", message=f"attempt {retry + 1}: {error}"[:1000])
+            await STATE.delete(namespace, name, body, give_up=give_up)
+        except Exception as error:  # noqa: BLE001 - CleanupPending, or the API server failing us
+            if give_up:
+                kopf.event(body, type="Warning", reason="CleanupAbandoned",
+                           message=f"gave up after {runtime.total_seconds():.0f}s: {error}"[:1000])
+                return
+            if isinstance(error, CleanupPending):
+                kopf.event(body, type="Warning", reason="CleanupPending",
+                           message=f"attempt {retry + 1}: {error}"[:1000])
             raise kopf.TemporaryError(str(error), delay=CLEANUP_RETRY_SECONDS) from error
 
     @kopf.on.cleanup(registry=registry)

@@ -19,7 +19,7 @@ import logging
 from typing import Any, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -133,12 +133,32 @@ class StateCollector(Collector):
         yield demand
         yield waiting
 
+        yield from _results_writer_metrics(getattr(state, "results", None))
+
         up = GaugeMetricFamily("kubetune_ray_connected", "1 while the Ray cluster answers, else 0",
                                labels=["address"])
         for handle in handles:
             if not getattr(handle, "retired", False):   # ended for want of use: nobody waits for it
                 up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
         yield up
+
+
+def _results_writer_metrics(writer: Any) -> Iterator[GaugeMetricFamily]:
+    """The results writer's buffer (bounded in bytes: results/writer.py) and what it gave up."""
+    if writer is None:
+        return
+    pending = GaugeMetricFamily("kubetune_results_pending_bytes",
+                                "Estimated bytes of results waiting for the results store")
+    pending.add_metric([], writer.pending_bytes)
+    high = GaugeMetricFamily("kubetune_results_pending_high_water_bytes",
+                             "The most estimated bytes of results ever waiting for the results store")
+    high.add_metric([], writer.high_water_bytes)
+    dropped = CounterMetricFamily("kubetune_results_dropped", "Results dropped because the buffer was full")
+    dropped.add_metric([], writer.dropped)
+    rejected = CounterMetricFamily("kubetune_results_rejected_rows",
+                                   "Rows the results store refused and that were set aside")
+    rejected.add_metric([], sum(r.rows for r in list(writer.rejected.values())))
+    yield from (pending, high, dropped, rejected)
 
 
 _collector: StateCollector | None = None

@@ -72,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-url", default="",
                         help="results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
                              "(default: sqlite:///~/.local/share/kubetune/results.db)")
+    parser.add_argument("--results-retention-days",
+                        default=env_fallback("KUBETUNE_RESULTS_RETENTION_DAYS", "0"),
+                        help="remove from the results store the Succeeded or Failed Experiments first seen this "
+                             "many days ago (checked hourly); 0: keep them until the Experiment is deleted "
+                             "(a deleted Experiment's results are always removed)")
 
 
 def main(args: argparse.Namespace) -> int:

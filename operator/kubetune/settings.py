@@ -56,6 +56,7 @@ class OperatorSettings:
     trial_lease_seconds: float = 900.0  # a running Ray trial nobody calls this long ends itself (0: never)
     cleanup_timeout_seconds: float = 600.0   # an Experiment's deletion retries its cleanup this long
     results_url: str = ""      # the results store; "": kubetune.results.default_url()
+    results_retention_days: float = 0.0   # finished Experiments first seen this long ago are removed (0: never)
     log_level: str = "INFO"
     liveness: str = ""         # kopf liveness endpoint URL ("": none)
     metrics_port: int = 0      # 0: no metrics endpoint
@@ -77,6 +78,7 @@ ENVIRONMENT = {"ray_address": "KUBETUNE_RAY_ADDRESS", "allow_local_ray": "KUBETU
                "checkpoint_storage": "KUBETUNE_CHECKPOINT_STORAGE",
                "trial_lease_seconds": "KUBETUNE_TRIAL_LEASE_SECONDS",
                "ray_driver_idle_seconds": "KUBETUNE_RAY_DRIVER_IDLE_SECONDS",
+               "results_retention_days": "KUBETUNE_RESULTS_RETENTION_DAYS",
                "leader_election": "KUBETUNE_LEADER_ELECTION", "log_level": "KUBETUNE_LOG_LEVEL",
                "ingest_url": "KUBETUNE_INGEST_ADVERTISE_URL"}
 
@@ -139,6 +141,8 @@ def from_args(args: Any) -> OperatorSettings:
         trial_lease_seconds=_seconds("trial_lease_seconds", args.trial_lease_seconds),
         ray_driver_idle_seconds=_seconds("ray_driver_idle_seconds", args.ray_driver_idle_seconds),
         results_url=args.results_url,
+        results_retention_days=_checked("results_retention_days", getattr(args, "results_retention_days", 0),
+                                        float, lambda v: math.isfinite(v) and v >= 0, "a number of days >= 0"),
         log_level=level,
         liveness=args.liveness,
         metrics_port=_port("metrics_port", args.metrics_port),

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, open_store
+from kubetune.results.isolation import row_bytes
 from kubetune.results.writer import ResultsWriter
 from kube_fixtures import wait_for
 
@@ -144,10 +145,13 @@ def test_the_writer_batches_many_results_and_reports_throughput(store, store_url
 
 def test_a_database_outage_keeps_results_bounded_and_writes_them_later(postgres_server):
     """Real outage: the writer's database does not exist yet.  Rows wait (the newest
-    ``max_pending_results``), the problem is reported, and all is written once it exists."""
+    ``max_pending_bytes``), the problem is reported, and all is written once it exists."""
     name = f"later_{int(time.time() * 1000)}"
     url = postgres_server.url(name)
-    writer = ResultsWriter(lambda: open_store(url), max_pending_results=100)
+    # room for the experiment and trial rows and 100 results (bounded in bytes: all are the same size)
+    room = sum(row_bytes(row) for row in [*experiment_batch().experiments, *experiment_batch().trials,
+                                          *results("exp-uid-t0", range(100))])
+    writer = ResultsWriter(lambda: open_store(url), max_pending_bytes=room)
     writer.submit(experiment_batch())
     writer.submit(Batch(results=results("exp-uid-t0", range(150))))
     wait_for(lambda: writer.problem is not None, message="the writer to report the missing database")

@@ -157,6 +157,38 @@ def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
                     .delete("ns", "e", body))
 
 
+def test_a_deletion_past_its_cleanup_timeout_still_lets_go_of_what_the_operator_held():
+    """AUDIT N14: Ray unreachable past the cleanup timeout.  Giving up must still release the
+    Experiment's ledger holdings, forget its controller and its stored results."""
+    from kubetune.controller.store import MemoryStore
+
+    class Writer:
+        forgotten: list[str] = []
+
+        def forget_experiment(self, uid: str) -> None:
+            self.forgotten.append(uid)
+
+    registry = ClusterRegistry("ray://head:10001", lambda address: FlakyRay(unreachable=100))
+    state = OperatorState(registry, store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="",
+                          results=Writer())
+    body = {"metadata": {"name": "e", "namespace": "ns", "uid": "u1"}, "spec": {}}
+    state._store_factory = lambda *_: MemoryStore()
+    controller = state.controller_for("ns", "e", body)
+    state._store_factory = lambda *_: TrialList(["e-0"])
+    released = []
+
+    async def release() -> None:
+        released.append(True)
+    controller.release_resources = release
+    with pytest.raises(CleanupPending):            # within the timeout: retried, nothing let go
+        asyncio.run(state.delete("ns", "e", body))
+    assert not released and ("ns", "e") in state.controllers and Writer.forgotten == []
+    registry.get("ray://head:10001")._next_attempt = 0.0
+    with pytest.raises(CleanupPending):            # past it: still unreachable, but let go
+        asyncio.run(state.delete("ns", "e", body, give_up=True))
+    assert released == [True] and ("ns", "e") not in state.controllers and Writer.forgotten == ["u1"]
+
+
 def test_a_running_trial_nobody_calls_ends_with_its_lease():
     import time
 

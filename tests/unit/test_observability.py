@@ -28,7 +28,9 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
                      ("a", "y"): controller("Succeeded", succeeded=4, failed=1),
                      ("b", "z"): SimpleNamespace(written_status={})},       # nothing written yet
         registry=SimpleNamespace(handles=lambda: [SimpleNamespace(address="ray://h:10001", ledger=ledger,
-                                                                 connected=True)]))
+                                                                 connected=True)]),
+        results=SimpleNamespace(pending_bytes=300, high_water_bytes=4096, dropped=3,
+                                rejected={"A": SimpleNamespace(rows=2), "B": SimpleNamespace(rows=1)}))
     metrics.watch_state(lambda: state)
     try:
         got = samples()
@@ -44,6 +46,11 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
     assert got[("kubetune_queued_demand", (("resource", "CPU"),))] == 2
     assert got[("kubetune_queued_bundles", ())] == 2
     assert got[("kubetune_ray_connected", (("address", "ray://h:10001"),))] == 1
+    # the results writer's buffer, bounded in bytes (AUDIT N5), and what it gave up
+    assert got[("kubetune_results_pending_high_water_bytes", ())] == 4096
+    assert got[("kubetune_results_pending_bytes", ())] == 300
+    assert got[("kubetune_results_dropped_total", ())] == 3
+    assert got[("kubetune_results_rejected_rows_total", ())] == 3
 
 
 def test_counters_count():

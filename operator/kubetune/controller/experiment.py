@@ -868,10 +868,7 @@ class ExperimentController:
                 extra.append(("RayUnavailable", unavailable, "ConnectionFailed" if unavailable else "Connected",
                               self.cluster.last_error))
         if self.results is not None:
-            condition = self.results.condition(any(c.get("type") == "ResultsStoreUnavailable"
-                                                   for c in self._experiment_written.get("conditions") or []))
-            if condition is not None:
-                extra.append(condition)
+            extra += self.results.conditions(c.get("type") for c in self._experiment_written.get("conditions") or [])
         warning = self.runner.scheduler.warning()
         if warning:   # e.g. PBT whose function never checkpoints: it can never exploit
             extra.append(("SchedulerWarning", True, "SchedulerCannotAct", warning))

@@ -53,17 +53,24 @@ class OperatorState:
     def forget(self, namespace: str, name: str) -> None:
         self.controllers.pop((namespace, name), None)
 
-    async def delete(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    async def delete(self, namespace: str, name: str, body: Mapping[str, Any], *, give_up: bool = False) -> None:
         """The Experiment is being deleted: end its trials on Ray (Trials go by GC).
 
         Raises ``CleanupPending`` while that does not hold (Ray unreachable, actors still
         alive): kopf retries and the finalizer stays. Works the same when no controller
-        runs here (deleted while the operator was down): the spec names the cluster."""
+        runs here (deleted while the operator was down): the spec names the cluster.
+        ``give_up`` (the cleanup timeout has passed): a failed cleanup is abandoned
+        instead, yet what this operator holds for the Experiment is let go all the same
+        (the trials' own lease ends them: trainable/host.py); the error is re-raised."""
         cluster = self._cluster_of(body)
         address = cluster.address if cluster is not None else ""
         self._deleting[address] = self._deleting.get(address, 0) + 1    # its driver stays meanwhile
         try:
             await self._delete(namespace, name, body, cluster)
+        except Exception:
+            if give_up:
+                await self._let_go(namespace, name, body)
+            raise
         finally:
             self._deleting[address] -= 1
             if not self._deleting[address]:
@@ -92,9 +99,20 @@ class OperatorState:
                 raise CleanupPending(f"cannot list the actors of {prefix[:-1]}: {error}") from error
             if left:
                 raise CleanupPending(f"{left} Ray actors of {prefix[:-1]} are still alive")
+        await self._let_go(namespace, name, body)
+
+    async def _let_go(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Forget the deleted Experiment: its ledger holdings, its controller, its stored results."""
+        key = (namespace, name)
+        controller = self.controllers.get(key)
         if controller is not None:
             await controller.release_resources()
-        self.controllers.pop(key, None)
+        if self.controllers.get(key) is controller:   # not a re-created Experiment's meanwhile
+            self.controllers.pop(key, None)
+            self._uids.pop(key, None)
+        uid = (body.get("metadata") or {}).get("uid")
+        if self.results is not None and uid:
+            self.results.forget_experiment(uid)
 
     def ray_in_use(self) -> set[str]:
         """The Ray addresses some Experiment needs a connection to now."""

@@ -31,17 +31,31 @@ class ResultsRecorder:
     def experiment_uid(self) -> str:
         return self._body()["metadata"]["uid"]
 
-    def condition(self, shown: bool) -> tuple[str, bool, str, str] | None:
-        """The Experiment's ResultsStoreUnavailable condition; None while it was never needed
-        (``shown``: the Experiment has it already)."""
-        writer = self.writer
+    def conditions(self, shown: Iterable[str]) -> list[tuple[str, bool, str, str]]:
+        """The Experiment's ResultsStoreUnavailable and ResultsRejected conditions, each once
+        it was ever needed (``shown``: the condition types the Experiment has already).
+
+        The store's own error is never shown: it holds SQL text and the bound values of
+        other Experiments' rows (other tenants').  It is in the operator's log."""
+        shown, writer, found = set(shown), self.writer, []
         lost = f"; {writer.dropped} results were dropped (buffer full)" if writer.dropped else ""
         if writer.problem:
-            return ("ResultsStoreUnavailable", True, "WriteFailed",
-                    f"results are kept in memory and retried: {writer.problem}{lost}")
-        if shown or lost:
-            return ("ResultsStoreUnavailable", False, "Written", f"results are stored{lost}")
-        return None
+            found.append(("ResultsStoreUnavailable", True, "WriteFailed",
+                          f"the results store cannot be written ({writer.problem_kind}); results are kept "
+                          f"in memory and retried; the operator log has the details{lost}"))
+        elif "ResultsStoreUnavailable" in shown or lost:
+            found.append(("ResultsStoreUnavailable", False, "Written", f"results are stored{lost}"))
+        rejected = writer.rejection(self.experiment_uid)
+        if rejected is not None:
+            found.append(("ResultsRejected", True, "RowsSetAside",
+                          f"the results store refused {rejected.rows} row(s) of this Experiment "
+                          f"({', '.join(rejected.kinds)}; first: {rejected.example}); they were set aside "
+                          "and are not stored; the operator log has the details"))
+        return found
+
+    def forget(self) -> None:
+        """The Experiment is deleted: what the store holds of it goes too."""
+        self.writer.forget_experiment(self.experiment_uid)
 
     # ------------------------------------------------------------------ what the controller reports
 

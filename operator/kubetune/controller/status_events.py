@@ -48,6 +48,11 @@ def status_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> lis
         message = (_condition(status, "ResultsStoreUnavailable") or {}).get("message") or "results are stored"
         events.append(("Normal", "ResultsStored", message[:MAX_MESSAGE]))
 
+    if _is_true(status, "ResultsRejected"):
+        now, before = _condition(status, "ResultsRejected") or {}, _condition(previous, "ResultsRejected") or {}
+        if now.get("message") != before.get("message"):   # more rows set aside: say so again
+            events.append(("Warning", "ResultsRejected", str(now.get("message") or "")[:MAX_MESSAGE]))
+
     phase_before, phase_now = previous.get("phase"), status.get("phase")
     if phase_now == "Suspended" and phase_before != "Suspended":
         events.append(("Normal", "Suspended", "spec.suspend is true: no new trials are launched"))

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, select
 from sqlalchemy.engine import make_url
 
 from kubetune.results import schema, values
@@ -122,8 +122,10 @@ class ResultsStore:
                 keep: Iterable[str] = ()) -> None:
         if not rows:
             return
-        # several updates of one row in a batch: the last wins (and one statement may
+        # every text made storable first (a trial's metric name or error can hold anything),
+        # then several updates of one row in a batch: the last wins (and one statement may
         # not touch a row twice on PostgreSQL's multi-row path)
+        rows = [{k: values.storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
         unique = list({tuple(row[k] for k in keys): row for row in rows}.values())
         statement = self._insert(table)
         update = {c.name: statement.excluded[c.name] for c in table.columns
@@ -131,6 +133,37 @@ class ResultsStore:
         statement = statement.on_conflict_do_update(index_elements=keys, set_=update)
         for start in range(0, len(unique), CHUNK_ROWS):
             connection.execute(statement, unique[start:start + CHUNK_ROWS])
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_experiment(self, uid: str) -> int:
+        """Remove an Experiment and everything stored under it (its Kubernetes object is
+        gone); returns the number of results removed.  Safe to repeat."""
+        return self._delete([uid])
+
+    def delete_finished_before(self, cutoff: float, phases: Iterable[str]) -> int:
+        """Remove the Experiments in one of ``phases`` first seen before ``cutoff`` (epoch
+        seconds), with their trials and results; returns the number of results removed."""
+        e = schema.experiments
+        with self.engine.connect() as connection:
+            uids = list(connection.execute(select(e.c.uid).where(e.c.created < cutoff, e.c.phase.in_(list(phases))))
+                        .scalars())
+        return self._delete(uids)
+
+    def _delete(self, experiment_uids: Sequence[str]) -> int:
+        removed = 0
+        e, t, r, m, f = schema.experiments, schema.trials, schema.results, schema.metrics, schema.failures
+        for uid in experiment_uids:   # one transaction per Experiment: a big store is not locked for long
+            with self.engine.begin() as connection:
+                trials = select(t.c.uid).where(t.c.experiment_uid == uid).scalar_subquery()
+                for table in (m, r, f):
+                    # a trial whose UID was not known yet is stored under "<experiment uid>/<name>"
+                    owned = table.c.trial_uid.in_(trials) | table.c.trial_uid.startswith(f"{uid}/", autoescape=True)
+                    count = connection.execute(delete(table).where(owned)).rowcount or 0
+                    removed += count if table is r else 0
+                connection.execute(delete(t).where(t.c.experiment_uid == uid))
+                connection.execute(delete(e).where(e.c.uid == uid))
+        return removed
 
     # ------------------------------------------------------------------ reads
 

@@ -1,11 +1,31 @@
 """A metric value <-> its (kind, value, text) columns: numbers stay numbers (NaN and
-±Infinity included), ints keep every digit, anything else round-trips as JSON text."""
+±Infinity included), ints keep every digit, anything else round-trips as JSON text.
+
+``storable`` makes any text one every backend accepts: a lone surrogate (what
+``surrogateescape`` puts in an error about a non-UTF-8 file name) cannot be encoded
+to UTF-8 by either driver, and PostgreSQL refuses NUL in text.  Both become U+FFFD,
+on SQLite too, so a result reads back the same whichever store holds it."""
 from __future__ import annotations
 
 import json
 import math
 import numbers
+import re
 from typing import Any
+
+REPLACEMENT = "\ufffd"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced (a valid surrogate pair, which only a
+    str built by hand can hold, is joined into its character)."""
+    if text.isascii():
+        return text if "\x00" not in text else text.replace("\x00", REPLACEMENT)
+    if not _UNSTORABLE.search(text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return joined.replace("\x00", REPLACEMENT)
 
 
 def encode(value: Any) -> tuple[str, float | None, str | None]:

@@ -3,48 +3,88 @@
 The controller hands it rows and goes on (``submit`` never blocks and does no I/O):
 a slow or unreachable database must not hold up the control loop.  The thread
 writes what is pending in batches — at 30,000 results per trial, one transaction
-per result would be the bottleneck — and on failure keeps the rows and retries
-with backoff.  What is pending is bounded: experiment and trial rows are coalesced
-per UID (the newest wins), and beyond ``max_pending_results`` the OLDEST results
-are dropped and counted, so an outage of any length costs bounded memory and says
-how much was lost (``problem``/``dropped``, shown on the Experiment)."""
+per result would be the bottleneck.
+
+Every tenant shares this thread, so nothing one tenant reports may stop it:
+- a batch the database refuses for its content (not an outage) is halved until the
+  refused rows stand alone; the rest is written at once.  A row refused alone is
+  tried ``ROW_ATTEMPTS`` times, then set aside: counted against ITS Experiment
+  (``rejection``, shown there as ResultsRejected) and logged, never retried again;
+- an outage (the server away, the disk full) keeps everything and retries with
+  backoff; what is pending is bounded in estimated BYTES (``max_pending_bytes``):
+  experiment and trial rows are coalesced per UID, and beyond the bound the OLDEST
+  results are dropped and counted (``dropped``).  ``high_water_bytes`` is the most
+  ever pending (a Prometheus gauge, metrics.py);
+- the details of a failed write (SQL text, bound values: other tenants' rows) go to
+  the operator log only; ``problem_kind`` (an exception class) is what Experiments show.
+
+``forget_experiment`` drops what is pending for a deleted Experiment and removes what
+the store holds of it; ``retention_s`` removes finished Experiments that old."""
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from kubetune.results.isolation import batch_of, describe, halves, is_outage, only_row, owner, row_bytes
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
 from kubetune.results.store import ResultsStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MAX_PENDING_RESULTS = 200_000      # about 5 metrics each: some 200 MB of Python objects at most
-MAX_BATCH_RESULTS = 20_000         # one transaction; SQLite writes ~15k results/s on 2 cores
+MAX_PENDING_BYTES = 256 * 2 ** 20   # estimated (isolation.row_bytes); with one batch in flight on top
+MAX_BATCH_RESULTS = 20_000          # one transaction; SQLite writes ~15k results/s on 2 cores
+MAX_BATCH_BYTES = 16 * 2 ** 20
 RETRY_SECONDS = (0.5, 1, 2, 5, 10, 30)
+ROW_ATTEMPTS = 3                    # a row refused alone: tried this often, then set aside
 MAX_PROBLEM_CHARS = 500
+FINISHED_PHASES = ("Succeeded", "Failed")
+RETENTION_INTERVAL_S = 3600.0
+MAX_FORGOTTEN = 100_000             # UIDs of deleted Experiments and their trials, remembered
+
+
+@dataclass
+class Rejection:
+    """Rows of one Experiment the store refused and that were set aside."""
+    rows: int
+    kinds: tuple[str, ...]   # exception class names
+    example: str             # the first such row, named without its values
 
 
 class ResultsWriter:
-    def __init__(self, open_store: Callable[[], ResultsStore], *,
-                 max_pending_results: int = MAX_PENDING_RESULTS) -> None:
+    def __init__(self, open_store: Callable[[], ResultsStore], *, max_pending_bytes: int = MAX_PENDING_BYTES,
+                 retention_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
         self._open_store = open_store
-        self._max_pending = max_pending_results
+        self._max_bytes = max_pending_bytes
+        self._retention_s = retention_s
+        self._clock = clock
         self._lock = threading.Condition()
         self._open_lock = threading.Lock()   # the writer thread and readers open the store once
         self._experiments: dict[str, ExperimentRow] = {}
         self._trials: dict[str, TrialRow] = {}
         self._failures: dict[tuple[str, int], FailureRow] = {}
         self._results: collections.deque[ResultRow] = collections.deque()
+        self._bytes = 0                    # of the above
         self._writing = 0                  # rows taken by the thread, not yet written
+        self._writing_bytes = 0
+        self._suspects: list[tuple[Batch, int, float]] = []   # (one row, failed attempts, retry after)
+        self._owners: dict[str, str] = {}   # trial UID -> its Experiment's UID
+        self._forgotten: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._to_delete: set[str] = set()   # Experiments whose stored rows are to go
+        self._retained_at = -math.inf      # the first retention pass comes at once
         self._closed = False
         self.store: ResultsStore | None = None
-        self.problem: str | None = None    # the last write error while writes fail
+        self.problem: str | None = None       # the last write error while the store is away (log only)
+        self.problem_kind: str | None = None  # its exception class: safe to show to any tenant
+        self.rejected: dict[str, Rejection] = {}   # Experiment UID -> its rows set aside
         self.dropped = 0                   # results given up (buffer full during an outage)
         self.written = 0                   # results written
+        self.high_water_bytes = 0
         self._thread = threading.Thread(target=self._run, name="kubetune-results-writer", daemon=True)
         self._thread.start()
 
@@ -52,13 +92,36 @@ class ResultsWriter:
 
     def submit(self, batch: Batch) -> None:
         with self._lock:
+            for trial in batch.trials:
+                self._owners[trial.uid] = trial.experiment_uid
+            if self._forgotten:
+                batch = batch_of(row for row in self._rows(batch) if not self._is_forgotten(row))
             self._merge(batch, newer=True)
-            overflow = len(self._results) - self._max_pending
-            if overflow > 0:
-                for _ in range(overflow):
-                    self._results.popleft()
-                self.dropped += overflow
+            self._bound()
             self._lock.notify()
+
+    def forget_experiment(self, uid: str) -> None:
+        """The Experiment is deleted: drop its pending rows, remove its stored ones (soon,
+        from the thread) and ignore anything still submitted for it."""
+        with self._lock:
+            trials = {t for t, e in self._owners.items() if e == uid}
+            for key in (uid, *trials):
+                self._forgotten[key] = None
+            while len(self._forgotten) > MAX_FORGOTTEN:
+                self._forgotten.popitem(last=False)
+            for trial in trials:
+                del self._owners[trial]
+            kept = batch_of(row for row in self._rows(self._pending_batch()) if not self._is_forgotten(row))
+            self._clear_pending()
+            self._merge(kept, newer=True)
+            self._suspects = [s for s in self._suspects if not self._is_forgotten(only_row(s[0]))]
+            self.rejected.pop(uid, None)
+            self._to_delete.add(uid)
+            self._lock.notify()
+
+    def rejection(self, experiment_uid: str) -> Rejection | None:
+        with self._lock:
+            return self.rejected.get(experiment_uid)
 
     def read(self, query: Callable[[ResultsStore], T]) -> T:
         """Run ``query`` on the store (blocking: call it from a thread).  Rows still
@@ -75,13 +138,19 @@ class ResultsWriter:
     def pending(self) -> int:
         with self._lock:
             return len(self._results) + len(self._experiments) + len(self._trials) + len(self._failures) \
-                + self._writing
+                + self._writing + len(self._suspects)
+
+    @property
+    def pending_bytes(self) -> int:
+        with self._lock:
+            return self._bytes + self._writing_bytes
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything submitted so far is written (True) or ``timeout`` passes."""
+        """Wait until everything submitted so far is written or set aside (True), or
+        ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._has_pending() or self._writing:
+            while self._has_pending() or self._writing or self._suspects or self._to_delete:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -98,59 +167,209 @@ class ResultsWriter:
         if self.store is not None:
             self.store.close()
 
-    # ------------------------------------------------------------------ the thread
+    # ------------------------------------------------------------------ the buffer (under the lock)
+
+    @staticmethod
+    def _rows(batch: Batch):
+        return [*batch.experiments, *batch.trials, *batch.results, *batch.failures]
+
+    def _is_forgotten(self, row) -> bool:
+        key = owner(row, self._owners)
+        return key in self._forgotten or getattr(row, "trial_uid", None) in self._forgotten
 
     def _has_pending(self) -> bool:
         return bool(self._results or self._experiments or self._trials or self._failures)
 
+    def _pending_batch(self) -> Batch:
+        return Batch(list(self._experiments.values()), list(self._trials.values()), list(self._results),
+                     list(self._failures.values()))
+
+    def _clear_pending(self) -> None:
+        self._experiments.clear(), self._trials.clear(), self._failures.clear(), self._results.clear()
+        self._bytes = 0
+
     def _merge(self, batch: Batch, *, newer: bool) -> None:
-        """Add rows; ``newer=False`` puts back a failed batch behind what came since."""
+        """Add rows; ``newer=False`` puts back a batch behind what came since."""
         for table, rows, key in ((self._experiments, batch.experiments, lambda r: r.uid),
                                  (self._trials, batch.trials, lambda r: r.uid),
                                  (self._failures, batch.failures, lambda r: (r.trial_uid, r.attempt))):
             for row in rows:
-                if newer:
-                    table[key(row)] = row
-                else:
-                    table.setdefault(key(row), row)
+                old = table.get(key(row))
+                if old is not None and not newer:
+                    continue
+                if old is not None:
+                    self._bytes -= row_bytes(old)
+                table[key(row)] = row
+                self._bytes += row_bytes(row)
+        self._bytes += sum(row_bytes(r) for r in batch.results)
         if newer:
             self._results.extend(batch.results)
         else:
             self._results.extendleft(reversed(batch.results))
 
+    def _bound(self) -> None:
+        """Past the byte bound (what waits and what is being written), the oldest results go
+        first, then the oldest failure records."""
+        while self._bytes + self._writing_bytes > self._max_bytes and self._results:
+            self._bytes -= row_bytes(self._results.popleft())
+            self.dropped += 1
+        while self._bytes + self._writing_bytes > self._max_bytes and self._failures:
+            self._bytes -= row_bytes(self._failures.pop(next(iter(self._failures))))
+            self.dropped += 1
+        self.high_water_bytes = max(self.high_water_bytes, self._bytes + self._writing_bytes)
+
     def _take(self) -> Batch:
-        batch = Batch(list(self._experiments.values()), list(self._trials.values()),
-                      [self._results.popleft() for _ in range(min(len(self._results), MAX_BATCH_RESULTS))],
+        results, size = [], 0
+        limit = min(MAX_BATCH_BYTES, self._max_bytes // 4)
+        while self._results and len(results) < MAX_BATCH_RESULTS and (size < limit or not results):
+            row = self._results.popleft()
+            results.append(row)
+            size += row_bytes(row)
+        batch = Batch(list(self._experiments.values()), list(self._trials.values()), results,
                       list(self._failures.values()))
+        size += sum(row_bytes(row) for row in (*batch.experiments, *batch.trials, *batch.failures))
         self._experiments.clear(), self._trials.clear(), self._failures.clear()
-        self._writing = len(batch)
+        self._bytes -= size
+        self._writing, self._writing_bytes = len(batch), size
         return batch
+
+    # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
         failures = 0
         while True:
             with self._lock:
-                while not self._has_pending() and not self._closed:
-                    self._lock.wait()
+                while not self._work_due() and not self._closed:
+                    self._lock.wait(self._idle_wait())
                 if self._closed:
                     return
-                batch = self._take()
+                batch = self._take() if self._has_pending() else Batch()
+                suspects, self._suspects = self._due_suspects()
+                deletions = set(self._to_delete)
             try:
-                self._opened().write(batch)
-            except Exception as error:  # noqa: BLE001 - any database trouble: keep the rows, retry
+                store = self._opened()
+            except Exception as error:  # noqa: BLE001 - opening failed: the store is away
+                outage: Exception | None = error
+                with self._lock:
+                    self._merge(batch, newer=False)
+                    self._suspects += suspects
+            else:
+                outage = self._write_isolating(store, batch)
+                if outage is None:
+                    outage = self._retry_suspects(store, suspects)
+                else:
+                    with self._lock:
+                        self._suspects += suspects
+                if outage is None:
+                    outage = self._retention(store, deletions)
+            with self._lock:
+                self._writing = self._writing_bytes = 0
+                if outage is None:
+                    failures = 0
+                    self.problem = self.problem_kind = None
+                    self._lock.notify_all()
+                    continue
                 delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
                 failures += 1
-                with self._lock:
-                    self._writing = 0
-                    self._merge(batch, newer=False)
-                    self.problem = f"{type(error).__name__}: {error}"[:MAX_PROBLEM_CHARS]
-                    log.warning("results store: write of %d rows failed (retry in %ss): %s",
-                                len(batch), delay, self.problem)
-                    self._lock.wait(delay)   # close() cuts the wait short
+                self._bound()
+                self.problem = f"{type(outage).__name__}: {outage}"[:MAX_PROBLEM_CHARS]
+                self.problem_kind = type(outage).__name__
+                log.warning("results store: write failed (retry in %ss): %s", delay, self.problem)
+                self._lock.wait(delay)   # close() cuts the wait short
+
+    def _work_due(self) -> bool:
+        now = time.monotonic()
+        return self._has_pending() or bool(self._to_delete) or any(due <= now for _, _, due in self._suspects) \
+            or (self._retention_s > 0 and self._clock() >= self._retained_at + RETENTION_INTERVAL_S)
+
+    def _idle_wait(self) -> float | None:
+        waits = [due - time.monotonic() for _, _, due in self._suspects]
+        if self._retention_s > 0:
+            waits.append(self._retained_at + RETENTION_INTERVAL_S - self._clock())
+        return max(0.05, min(waits)) if waits else None
+
+    def _due_suspects(self) -> tuple[list[tuple[Batch, int, float]], list[tuple[Batch, int, float]]]:
+        now = time.monotonic()
+        return [s for s in self._suspects if s[2] <= now], [s for s in self._suspects if s[2] > now]
+
+    def _write_isolating(self, store: ResultsStore, batch: Batch) -> Exception | None:
+        """Write ``batch``, halving any part the store refuses until the refused rows stand
+        alone (they become suspects).  An outage puts back what is not written yet."""
+        todo = [batch] if len(batch) else []
+        while todo:
+            part = todo.pop()
+            try:
+                store.write(part)
+            except Exception as error:  # noqa: BLE001 - any refusal: isolate it, never retry it whole forever
+                if is_outage(error):
+                    with self._lock:
+                        for left in (part, *reversed(todo)):
+                            self._merge(left, newer=False)
+                        self._writing = self._writing_bytes = 0
+                    return error
+                if len(part) == 1:
+                    self._refused(part, 1, error)
+                else:
+                    first, second = halves(part)
+                    todo += [second, first]
                 continue
-            failures = 0
             with self._lock:
-                self._writing = 0
-                self.written += len(batch.results)
-                self.problem = None
-                self._lock.notify_all()
+                self.written += len(part.results)
+        return None
+
+    def _retry_suspects(self, store: ResultsStore, suspects: list[tuple[Batch, int, float]]) -> Exception | None:
+        for index, (row, attempts, _) in enumerate(suspects):
+            try:
+                store.write(row)
+            except Exception as error:  # noqa: BLE001
+                if is_outage(error):
+                    with self._lock:
+                        self._suspects += suspects[index:]
+                    return error
+                self._refused(row, attempts + 1, error)
+                continue
+            with self._lock:
+                self.written += len(row.results)
+        return None
+
+    def _refused(self, single: Batch, attempts: int, error: Exception) -> None:
+        row = only_row(single)
+        with self._lock:
+            key = owner(row, self._owners)
+            if attempts < ROW_ATTEMPTS:
+                due = time.monotonic() + RETRY_SECONDS[min(attempts - 1, len(RETRY_SECONDS) - 1)]
+                self._suspects.append((single, attempts, due))
+                return
+            known = self.rejected.get(key)
+            kind = type(error).__name__
+            if known is None:
+                self.rejected[key] = Rejection(1, (kind,), describe(row))
+            else:
+                known.rows += 1
+                if kind not in known.kinds:
+                    known.kinds += (kind,)
+        log.warning("results store: set aside a %s of experiment %s after %d refusals: %s",
+                    describe(row), key or "?", attempts, f"{kind}: {error}"[:MAX_PROBLEM_CHARS])
+
+    def _retention(self, store: ResultsStore, deletions: set[str]) -> Exception | None:
+        """Remove what the store holds of deleted Experiments, and (``retention_s``) of
+        finished ones that old."""
+        try:
+            for uid in deletions:
+                removed = store.delete_experiment(uid)
+                log.info("results store: removed experiment %s (%d results)", uid, removed)
+                with self._lock:
+                    self._to_delete.discard(uid)
+            if self._retention_s > 0 and self._clock() >= self._retained_at + RETENTION_INTERVAL_S:
+                removed = store.delete_finished_before(self._clock() - self._retention_s, FINISHED_PHASES)
+                self._retained_at = self._clock()
+                if removed:
+                    log.info("results store: retention removed %d results of finished experiments", removed)
+        except Exception as error:  # noqa: BLE001
+            if is_outage(error):
+                return error
+            log.warning("results store: removing old results failed: %s", f"{error}"[:MAX_PROBLEM_CHARS])
+            with self._lock:
+                self._to_delete -= deletions
+            self._retained_at = self._clock()
+        return None
