@@ -102,7 +102,8 @@ def test_a_results_store_outage_is_shown_and_costs_no_result(kube_cluster, ray_l
         down = wait_condition(experiments_api, namespace, "outage", "ResultsStoreUnavailable", timeout=120,
                               operator=process)
         message = next(c for c in down["status"]["conditions"] if c["type"] == "ResultsStoreUnavailable")["message"]
-        assert database in message and len(message) <= 1024
+        # every tenant sees this condition: the error's class only, its text (SQL, rows) is in the log
+        assert "OperationalError" in message and "operator log" in message and database not in message
         postgres_server.create_database(database)
         wait_condition(experiments_api, namespace, "outage", "Succeeded", timeout=180, operator=process)
 
