@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "devcluster": ("kubetune.devcluster.cli", "start/stop an embedded Kubernetes control plane"),
     "demo": ("kubetune.devcluster.demo", "the quickstart: control plane + operator + example Experiment"),
     "results": ("kubetune.results.command", "an Experiment's results from the results store: table, JSON, CSV, plots"),
+    "convert": ("kubetune.convert.command", "an Experiment from a Ray Tune script or a Katib Experiment"),
 }
 
 
