@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "run": ("kubetune.local_run", "run an Experiment file on embedded Ray, no Kubernetes"),
     "devcluster": ("kubetune.devcluster.cli", "start/stop an embedded Kubernetes control plane"),
     "demo": ("kubetune.devcluster.demo", "the quickstart: control plane + operator + example Experiment"),
+    "plan": ("kubetune.plan_command", "what an Experiment will cost before it runs: trials, rungs, GPU-hours"),
     "results": ("kubetune.results.command", "an Experiment's results from the results store: table, JSON, CSV, plots"),
     "convert": ("kubetune.convert.command", "an Experiment from a Ray Tune script or a Katib Experiment"),
 }

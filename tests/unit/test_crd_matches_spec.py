@@ -13,7 +13,8 @@ import yaml
 
 from kubetune.core.schedulers import SCHEDULERS, scheduler_class
 from kubetune.spec import SpecError, parse_experiment
-from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS, WARM_START_SPACES
+from kubetune.spec.model import (ALGORITHMS, BUDGET_EXHAUSTED_ACTIONS, DISTRIBUTIONS, EXECUTORS, METRICS_COLLECTORS,
+                                  WARM_START_SPACES)
 from kubetune.spec.parse import TOP_LEVEL
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "experiment.yaml"
@@ -55,7 +56,7 @@ def with_value(path: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("path,names", [
     ("search.algorithm", ALGORITHMS), ("scheduler.type", SCHEDULERS), ("executor", EXECUTORS),
     ("trial.metricsCollector", METRICS_COLLECTORS), ("objective.mode", ("min", "max")),
-    ("warmStart.searchSpace", WARM_START_SPACES),
+    ("warmStart.searchSpace", WARM_START_SPACES), ("budget.onExhausted", BUDGET_EXHAUSTED_ACTIONS),
 ])
 def test_enums_are_the_same(path, names):
     assert tuple(field(path)["enum"]) == tuple(names)
@@ -158,6 +159,7 @@ MODEL: dict[str, Callable[[Any], Any]] = {
     "suspend": lambda s: s.suspend,
     "warmStart.maxTrials": lambda s: s.warm_start.max_trials,
     "warmStart.searchSpace": lambda s: s.warm_start.search_space,
+    "budget.onExhausted": lambda s: s.budget.on_exhausted,
 }
 DESCRIBED_DEFAULT = re.compile(r"\bdefault (-?[0-9.]+|[a-z]+)\b")
 
@@ -287,7 +289,7 @@ def test_manifests_name_each_key_once(path):
 # -- every enum and size bound of the CRD is checked above or here -------------------------
 
 ENUMS = {"search.algorithm", "scheduler.type", "executor", "trial.metricsCollector", "objective.mode",
-         "warmStart.searchSpace"}
+         "warmStart.searchSpace", "budget.onExhausted"}
 
 
 def test_every_crd_enum_is_compared():

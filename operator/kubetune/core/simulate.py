@@ -52,6 +52,10 @@ class Simulator:
     kueue_quota: int | None = None         # trials a Kueue ClusterQueue admits at once; None: no Kueue
     foreign_usage: Callable[[float], int] = lambda now: 0   # of that quota, what others hold at ``now``
     waiting: dict[str, SimTrial] = field(default_factory=dict)   # launched, not admitted, in FIFO order
+    # simulated seconds each trial spent running (every attempt), and the most running at once:
+    # what the plan (core/plan.py) predicts, measured
+    run_seconds: dict[str, float] = field(default_factory=dict)
+    peak_running: int = 0
 
     def apply(self, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -114,8 +118,10 @@ class Simulator:
         self.now += dt
         self.apply(self.runner.step(self.now))
         self.admit()
+        self.peak_running = max(self.peak_running, len(self.running))
         for trial in list(self.running.values()):
             if self.running.get(trial.name) is trial:
+                self.run_seconds[trial.name] = self.run_seconds.get(trial.name, 0.0) + dt
                 self.report(trial)
         self.apply(self.runner.step(self.now))
 

@@ -204,6 +204,16 @@ class ResultsStore:
                                           attempt=row.attempt, checkpoint=row.checkpoint))
         return rows
 
+    def iteration_times(self, experiment_uid: str) -> list[tuple[str, int | None, int, float]]:
+        """(trial uid, attempt, iteration, time) of every stored result: what an iteration
+        took, for ``kubetune plan`` (core/plan.measured_seconds_per_iteration)."""
+        r, t = schema.results, schema.trials
+        query = (select(r.c.trial_uid, r.c.attempt, r.c.iteration, r.c.time)
+                 .join(t, t.c.uid == r.c.trial_uid).where(t.c.experiment_uid == experiment_uid))
+        with self.engine.connect() as connection:
+            return [(row.trial_uid, row.attempt, int(row.iteration), float(row.time))
+                    for row in connection.execute(query)]
+
     def last_seqs(self, trial_uids: Sequence[str]) -> dict[str, int]:
         """The highest stored result seq of each trial that has any."""
         r = schema.results

@@ -20,7 +20,9 @@ SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
 DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
 EXECUTORS = ("ray", "pod")
 WARM_START_SPACES = ("full", "boundingBox")   # spec.warmStart.searchSpace
-METRICS_COLLECTORS = ("push", "stdout")   # executor pod: how a trial pod's results reach the operator
+METRICS_COLLECTORS = ("push", "stdout")
+# spec.budget.onExhausted: stop running trials at their next report, or let each finish its rung
+BUDGET_EXHAUSTED_ACTIONS = ("stop", "finishRung")   # executor pod: how a trial pod's results reach the operator
 
 
 class SpecError(ValueError):
@@ -170,6 +172,11 @@ class Budget:
     # 1,000-trial Experiment does not flood the ClusterQueue (Kueue admits about one
     # workload per ClusterQueue per scheduling cycle)
     admission_window: int = 4
+    # GPU- and CPU-hours the Experiment may use, counted from what its trials really ran
+    # (core/budget.py); None: no limit
+    gpu_hours: float | None = None
+    cpu_hours: float | None = None
+    on_exhausted: str = "stop"     # BUDGET_EXHAUSTED_ACTIONS
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,7 @@ class TrialTemplate:
     config: Mapping[str, Any] = field(default_factory=dict)
     template: Mapping[str, Any] | None = None   # executor pod: the PodTemplateSpec of one trial
     metrics_collector: str = "push"            # executor pod: push (HTTP) or stdout (log lines)
+    expected_iteration_seconds: float | None = None   # what `kubetune plan` costs one iteration at
 
 
 # a Kueue LocalQueue or WorkloadPriorityClass name, given to Kueue as a label value

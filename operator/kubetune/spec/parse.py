@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from kubetune.spec.model import (
-    ALGORITHMS, DISTRIBUTIONS, EXECUTORS, KUEUE_NAME, METRICS_COLLECTORS, Budget, CheckpointSpec, ExperimentSpec,
+    ALGORITHMS, BUDGET_EXHAUSTED_ACTIONS, DISTRIBUTIONS, EXECUTORS, KUEUE_NAME, METRICS_COLLECTORS, Budget, CheckpointSpec, ExperimentSpec,
     PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
     TrialResources, TrialTemplate, param_env_name,
 )
@@ -300,13 +300,17 @@ def _scheduler(raw: Any) -> SchedulerSpec:
 def _budget(raw: Any) -> Budget:
     path = "spec.budget"
     obj = _mapping(raw, path)
-    _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration", "admissionWindow"))
+    _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration", "admissionWindow",
+                           "gpuHours", "cpuHours", "onExhausted"))
     return Budget(
         max_trials=_int(obj, "maxTrials", path, 10, 1),
         parallelism=_int(obj, "parallelism", path, 1, 1),
         max_failed_trials=_int(obj, "maxFailedTrials", path, None, 0),
         max_duration_s=_duration(obj, "maxDuration", path),
         admission_window=_int(obj, "admissionWindow", path, 4, 1),
+        gpu_hours=_number(obj, "gpuHours", path, None, 0.0),
+        cpu_hours=_number(obj, "cpuHours", path, None, 0.0),
+        on_exhausted=_one_of(obj, "onExhausted", path, BUDGET_EXHAUSTED_ACTIONS, "stop", "action"),
     )
 
 
@@ -337,7 +341,7 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
     path = "spec.trial"
     obj = _mapping(raw, path)
     _only_keys(obj, path, ("entrypoint", "resources", "maxFailures", "queueTimeout", "timeout", "runtimeEnv", "config",
-                           "template", "metricsCollector"))
+                           "template", "metricsCollector", "expectedIterationSeconds"))
     entrypoint = _string(obj, "entrypoint", path)
     if entrypoint is None and executor == "ray":
         raise SpecError(f"{path}.entrypoint", "required for the ray executor: the function to tune, "
@@ -358,6 +362,7 @@ def _trial(raw: Any, executor: str, space: Mapping[str, Param]) -> TrialTemplate
         runtime_env=dict(_mapping(obj.get("runtimeEnv"), f"{path}.runtimeEnv")), config=config,
         template=_pod_template(obj.get("template"), executor, resources, [*space, *config]),
         metrics_collector=_metrics_collector(obj, executor),
+        expected_iteration_seconds=_number(obj, "expectedIterationSeconds", path, None, 0.0),
     )
 
 

@@ -15,6 +15,7 @@ import optuna
 from optuna.study import StudyDirection
 
 from kubetune.core.schedulers.base import PrunerScheduler, fmt
+from kubetune.core.schedulers.rungs import Planned, successive_halving
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec
@@ -64,6 +65,24 @@ class ASHAScheduler(PrunerScheduler):
         # sorted by value, so the cutoff a stop message names is a lookup.
         self._reached: dict[tuple[int, int], list[_RungEntry]] = {}
         self._rung_values: dict[tuple[int, int], list[float]] = {}
+
+    @classmethod
+    def planned(cls, spec: ExperimentSpec, study_name: str) -> Planned:
+        """Successive halving, played out in each bracket (core/schedulers/rungs.py); at worst every
+        trial is the best so far at every rung and none stops early."""
+        sched = spec.scheduler
+        expected, rungs = successive_halving(cls.trial_brackets(spec, study_name), sched.grace_period, sched.reduction_factor,
+                                             sched.max_iterations, spec.budget.parallelism)
+        notes = ()
+        if spec.search.algorithm not in ("random", "grid", "qmc"):
+            notes = (f"expected assumes trials arrive in random order of quality; {spec.search.algorithm} "
+                     "improves as it learns, so more continue: the cost lies between expected and worst",)
+        return Planned(float(spec.budget.max_trials * sched.max_iterations), expected, tuple(rungs), notes)
+
+    @classmethod
+    def trial_brackets(cls, spec: ExperimentSpec, study_name: str) -> list[int]:
+        """The bracket of each trial, in creation order (ASHA: one bracket)."""
+        return [0] * spec.budget.max_trials
 
     def replay_step(self, previous: int | None, step: int) -> bool:
         """Successive halving acts only at the first step at or past a rung (gracePeriod x

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import optuna
 
+from kubetune.core.schedulers.rungs import Planned, Rung
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec
@@ -50,6 +51,16 @@ class TrialScheduler:
     name: ClassVar[str] = ""                       # spec.scheduler.type; "": not one to name
     objectives: ClassVar[tuple[str, ...]] = ("single",)   # "single" and/or "multi"
     requires_max_iterations: ClassVar[bool] = False  # spec.scheduler.maxIterations must be set
+    # what `kubetune plan` says when this scheduler stops trials in a way it cannot count ahead
+    plan_note: ClassVar[str] = ""
+
+    @classmethod
+    def planned(cls, spec: ExperimentSpec, study_name: str) -> Planned:
+        """What the trials are expected to run (``kubetune plan``, core/plan.py): here every
+        trial runs spec.scheduler.maxIterations (required by core/plan.py)."""
+        trials, top = spec.budget.max_trials, spec.scheduler.max_iterations
+        worst = float(trials * top)
+        return Planned(worst, worst, (Rung(top, float(trials), trials),), (cls.plan_note,) if cls.plan_note else ())
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         self.spec = spec

@@ -3,6 +3,7 @@ with different early-stopping rates; each trial is assigned to one bracket (by a
 of its number) and competes only with the trials in that bracket."""
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Iterable, Mapping
 
 import optuna
@@ -22,6 +23,18 @@ class HyperBandScheduler(ASHAScheduler):
             min_resource=sched.grace_period, max_resource=sched.max_iterations,
             reduction_factor=sched.reduction_factor)
         super().__init__(spec, searcher, pruner)
+
+    @classmethod
+    def trial_brackets(cls, spec: ExperimentSpec, study_name: str) -> list[int]:
+        """The pruner's own assignment of trial numbers 0..maxTrials-1 (a hash of the study
+        name, the Experiment's, and the number): known before the run."""
+        sched = spec.scheduler
+        pruner = optuna.pruners.HyperbandPruner(min_resource=sched.grace_period, max_resource=sched.max_iterations,
+                                                reduction_factor=sched.reduction_factor)
+        study = SimpleNamespace(study_name=study_name)
+        pruner._try_initialization(study)
+        return [pruner._get_bracket_id(study, SimpleNamespace(number=number))
+                for number in range(spec.budget.max_trials)]
 
     def bracket(self, frozen: optuna.trial.FrozenTrial) -> int:
         # The pruner's own assignment (a hash of study name and trial number), so the

@@ -36,6 +36,7 @@ def is_milestone(step: int, grace_period: int) -> bool:
 
 class MedianStoppingScheduler(PrunerScheduler):
     name = "median"
+    plan_note = "stops trials below the median of completed curves, which a plan cannot count ahead: expected shown as worst"
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher, optuna.pruners.MedianPruner(

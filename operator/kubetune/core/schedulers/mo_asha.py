@@ -18,7 +18,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from optuna.study._multi_objective import _fast_non_domination_rank
 
+from kubetune.core.schedulers.asha import ASHAScheduler
 from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler, fmt
+from kubetune.core.schedulers.rungs import Planned
 from kubetune.core.search import Searcher, latest_values
 from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec
@@ -35,6 +37,11 @@ class MOASHAScheduler(TrialScheduler):
         self._signs = [1.0 if o.mode == "min" else -1.0 for o in spec.objectives]
         self._rungs: dict[int, dict[str, list[float]]] = {}     # rung -> trial -> loss vector there
         self._reached: dict[str, int] = {}                       # trial -> rungs recorded
+
+    @classmethod
+    def planned(cls, spec: ExperimentSpec, study_name: str) -> Planned:
+        """The same rungs and promotion rule as single-objective ASHA."""
+        return ASHAScheduler.planned(spec, study_name)
 
     def milestone(self, rung: int) -> int:
         sched = self.spec.scheduler

@@ -13,6 +13,7 @@ import random
 from typing import Any, Iterable, Mapping
 
 from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler, fmt
+from kubetune.core.schedulers.rungs import Planned, Rung
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
 from kubetune.core.values import judged
@@ -53,6 +54,20 @@ class PBTScheduler(TrialScheduler):
         self._score: dict[str, float] = {}             # latest objective, for ranking
         self._last_perturbation: dict[str, int] = {}   # iteration of the last check
         self._skipped_exploits = 0                     # due, but no donor had a checkpoint
+
+    @classmethod
+    def planned(cls, spec: ExperimentSpec, study_name: str) -> Planned:
+        """Every trial runs maxIterations: an exploit continues from a donor's checkpoint,
+        about as far along, so it changes what runs, not how much.  The rungs are the
+        perturbation points, which every trial reaches."""
+        sched, trials = spec.scheduler, spec.budget.max_trials
+        population = min(spec.budget.parallelism, trials)
+        bottom = min(math.ceil(population * sched.quantile_fraction), population // 2)
+        points = list(range(sched.perturbation_interval, sched.max_iterations, sched.perturbation_interval))
+        rungs = tuple(Rung(step, float(trials), trials) for step in [*points, sched.max_iterations])
+        worst = float(trials * sched.max_iterations)
+        return Planned(worst, worst, rungs, (f"at each perturbation about {bottom} of the {population} running "
+                                             "trials continue from a top trial's checkpoint",))
 
     def on_trial_add(self, trial: TrialInfo) -> None:
         self._live[trial.name] = trial

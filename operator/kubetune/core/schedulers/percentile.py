@@ -17,6 +17,7 @@ from kubetune.spec.model import ExperimentSpec
 
 class PercentileStoppingScheduler(MedianStoppingScheduler):
     name = "percentile"
+    plan_note = "stops trials below a percentile of completed curves, which a plan cannot count ahead: expected shown as worst"
 
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         super().__init__(spec, searcher)
