@@ -20,6 +20,7 @@ import pytest
 import ray
 
 from kubetune.executors.ray.executor import RayExecutor
+from kubetune.executors.ray.pool import namespace_of_actor
 from kube_fixtures import wait_for
 from test_ray_executor import SLEEPY, Tracker, launch
 
@@ -34,7 +35,7 @@ def _lines(path) -> int:
 
 def _alive(actor: str) -> bool:
     try:
-        ray.get_actor(actor, namespace="kubetune")
+        ray.get_actor(actor, namespace=namespace_of_actor("kubetune", actor))
         return True
     except ValueError:
         return False

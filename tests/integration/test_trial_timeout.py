@@ -33,10 +33,16 @@ def test_a_ray_trial_longer_than_its_timeout_is_stopped_and_failed(operator, exp
     if not ray.is_initialized():
         ray.init(address=ray_local, namespace="kubetune", log_to_driver=False)
     prefix = f"kubetune/{namespace}/slow/"
-    hosts = [ray.get_actor(a["name"], namespace="kubetune")
+    from kubetune.executors.ray.answers import call, read, ready
+    hosts = [(ray.get_actor(a["name"], namespace=a["namespace"]), a["namespace"])
              for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
+
+    def hosted(handle, ray_namespace):
+        pending = call(handle.describe, ray_namespace)
+        assert ready([pending], 10)
+        return read(pending)["trial_key"]
     # the run is over: no actor of the experiment still runs (or holds) the trial
-    assert all(ray.get(h.describe.remote(), timeout=10)["trial_key"] is None for h in hosts)
+    assert all(hosted(*host) is None for host in hosts)
 
 
 def test_a_pod_trial_longer_than_its_timeout_is_stopped_and_failed(pod_operator, core, custom, pod_namespace, tmp_path):

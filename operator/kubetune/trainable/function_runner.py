@@ -61,6 +61,9 @@ FETCH_LINGER_S = 0.005
 MAX_PENDING_RESULTS = 10_000
 KEPT_ACKED_RESULTS = 1_000          # fetched-past results kept for a restarting operator
 KEPT_ACKED_BYTES = 8 << 20
+# one fetch answer holds at most this many bytes of metrics (and at least one result): the
+# operator reads an answer whole (executors/ray/answers.py bounds it)
+FETCH_BATCH_BYTES = 8 << 20
 PENDING_WAIT_S = 1.0                # a waiting report() re-checks for a stop this often
 # A trial that reported nothing is no success: most often its reports went to an API
 # kubetune does not serve, which would otherwise pass without a word (issue 29)
@@ -406,6 +409,13 @@ class FunctionRunner:
             # cursor could) gets the oldest kept: the seqs show the gap
             start = max(after_seq - self.start_seq, self._base)
             batch = self._results[start - self._base:start - self._base + limit]
+            sizes = self._sizes[start - self._base:start - self._base + len(batch)]
+            total = 0
+            for index, size in enumerate(sizes):
+                total += size
+                if total > FETCH_BATCH_BYTES and index:
+                    batch = batch[:index]
+                    break
             more = start + len(batch) < count
             acked = min(max(after_seq - self.start_seq, 0), count)
             if acked > self._acked:

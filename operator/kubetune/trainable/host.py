@@ -121,7 +121,7 @@ class TrialHost:
         batch["ended"] = ended
         if ended:
             grace = min(STRAY_GRACE_S, max(timeout_s - (time.monotonic() - started), 0.0))
-            batch["retire"] = self.release(trial_key, grace_s=grace)["retire"]
+            batch["retire"] = TrialHost.release(self, trial_key, grace_s=grace)["retire"]
         return batch
 
     def release(self, trial_key: str, grace_s: float = STRAY_GRACE_S) -> dict:

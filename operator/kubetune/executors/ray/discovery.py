@@ -5,6 +5,12 @@ Which actor hosts which trial is asked of the actors themselves (``describe``), 
 nothing needs recording on the Trial: the executor lists the named actors of an
 experiment once and re-attaches by trial key.  An actor that has not answered yet
 stays "probing"; until it answers, a trial of its experiment may be the one it hosts.
+
+An answer comes from a process that runs the user's code (answers.py), so what an
+actor claims is checked against what the operator itself assigned: only actors in the
+experiment's own Ray namespace, under a name the operator gives (its trial key for a
+dedicated actor, a worker name of that experiment for a pooled one), and only a trial
+of that experiment.  An actor claiming another trial is killed, never adopted.
 """
 from __future__ import annotations
 
@@ -15,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
 
 from kubetune.executors.base import TrialState, TrialUpdate
+from kubetune.executors.ray import checked
+from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.spec.model import TrialResources
 from kubetune.executors.ray.pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
-                                         experiment_prefix)
+                                         experiment_namespace, experiment_prefix)
 from kubetune.executors.ray.results import Slot
 
 log = logging.getLogger(__name__)
@@ -29,7 +36,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Discovery:
     at: float = 0.0
-    probing: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # name -> (handle, ref)
+    probing: dict[str, tuple[Any, Call]] = field(default_factory=dict)   # name -> (handle, describe call)
 
 
 class ActorDiscovery:
@@ -51,11 +58,12 @@ class ActorDiscovery:
         return min(2.0, self.rpc_timeout_s)
 
     def actor_names(self, prefix: str) -> list[str]:
-        """Names of our live actors under a trial-key prefix, without ``kubetune/``."""
+        """Names of our live actors under a trial-key prefix, without ``kubetune/``: each
+        in the Ray namespace of its own experiment (an actor placed elsewhere is not ours)."""
         return [a["name"][len(ACTOR_PREFIX):]
                 for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["namespace"] == self.namespace
-                and a["name"].startswith(ACTOR_PREFIX + prefix)]
+                if a["name"].startswith(ACTOR_PREFIX + prefix) and a["name"].count("/") >= 3
+                and a["namespace"] == experiment_namespace(self.namespace, a["name"][len(ACTOR_PREFIX):])]
 
     def discover_once(self, prefix: str) -> None:
         with self._lock:
@@ -90,43 +98,64 @@ class ActorDiscovery:
             for name in names:
                 if name in known or name in seen.probing:
                     continue
+                namespace = experiment_namespace(self.namespace, prefix)
                 try:
-                    handle = ray.get_actor(name, namespace=self.namespace)
+                    handle = ray.get_actor(name, namespace=namespace)
                 except ValueError:
                     continue  # died meanwhile
-                seen.probing[name] = (handle, handle.describe.remote())
+                seen.probing[name] = (handle, call(handle.describe, namespace))
             probing = dict(seen.probing)
         if not probing:
             return
-        refs = [ref for _, ref in probing.values()]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-        ready_set = set(ready)
-        for name, (handle, ref) in probing.items():
-            if ref not in ready_set:
+        done = ready([c for _, c in probing.values()], wait_s)
+        for name, (handle, pending) in probing.items():
+            if pending.ref not in done:
                 continue
             with self._lock:
                 seen.probing.pop(name, None)
             try:
-                answer = ray.get(ref)
-            except (RayActorError, GetTimeoutError):
+                answer = checked.description(read(pending))
+                worker = self._worker(name, handle, prefix, answer)
+            except AnswerError as exc:
+                if exc.kind == "rejected":
+                    log.warning("actor %s: %s; ending it", name, exc)
+                    self._pool.kill(Worker(name, handle, TrialResources(), namespace=pending.namespace))
                 continue
-            self._adopt(name, handle, answer)
+            self._adopt(name, worker, answer)
 
-    def _adopt(self, name: str, handle: Any, answer: dict) -> None:
-        shape_info = answer.get("shape") or {}
-        shape = TrialResources.of(shape_info)
-        worker = Worker(name, handle, shape, answer.get("pool_key") or "",
-                        node_id=answer.get("node_id"), placement_group=shape_info.get("pg"))
+    def _worker(self, name: str, handle: Any, prefix: str, answer: dict) -> Worker:
+        """The worker an answer describes, if it claims only what the operator assigned."""
+        key = answer["trial_key"]
+        dedicated = WORKER_MARK not in name
+        if key is not None and (not key.startswith(prefix) or key.count("/") != 2
+                                or (dedicated and name != actor_name(key))):
+            raise AnswerError("rejected", f"it claims trial {key[:200]!r}, which is not the one its name "
+                                          "was given for")
+        pool_key = answer["pool_key"]
+        if (pool_key != "") if dedicated else not pool_key.startswith(prefix):
+            raise AnswerError("rejected", f"its pool key {answer['pool_key'][:200]!r} does not match its name")
+        shape_info = answer["shape"]
+        try:
+            shape = TrialResources.of({k: v for k, v in shape_info.items() if k != "pg"})
+        except Exception as exc:  # noqa: BLE001 - any bad shape is a bad answer
+            raise AnswerError("rejected", f"its shape is invalid: {str(exc)[:200]}") from None
+        group = shape_info.get("pg")
+        if group is not None and (not isinstance(group, str) or not group.startswith(name)):
+            raise AnswerError("rejected", "its placement group is not its own")
+        return Worker(name, handle, shape, answer["pool_key"], node_id=answer["node_id"],
+                      placement_group=group, namespace=experiment_namespace(self.namespace, prefix))
+
+    def _adopt(self, name: str, worker: Worker, answer: dict) -> None:
         with self._lock:
-            key = answer.get("trial_key")
+            key = answer["trial_key"]
             if key is not None and key not in self._slots:
-                self._slots[key] = Slot(worker, answer.get("attempt"))
+                self._slots[key] = Slot(worker, answer["attempt"])
             elif key is not None and self._slots[key].worker.name != name:
                 # it answered too late: the trial was started again elsewhere meanwhile
                 log.warning("actor %s also hosts %s, which runs on %s: ending it", name, key,
                             self._slots[key].worker.name)
                 self._pool.kill(worker)
-            elif key is None and worker.pool_key and not answer.get("stray_threads"):
+            elif key is None and worker.pool_key and not answer["stray_threads"]:
                 self._pool.give_back(worker)
             elif key is None:
                 # a dedicated actor hosting nothing (a leftover), or a worker still running

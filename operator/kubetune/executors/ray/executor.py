@@ -1,8 +1,10 @@
 """Run trials as named, detached Ray actors; fetch their results in batched rounds.
 
 Actors.  Every trial runs inside a ``TrialHost`` (trainable/host.py): a threaded,
-detached Ray actor in the Ray namespace ``kubetune`` that runs the user's function in
-a thread and buffers its reports by sequence number.  Detached, so a restarted
+detached Ray actor in its experiment's Ray namespace (``kubetune/<ns>/<experiment>``)
+that runs the user's function in a thread and buffers its reports by sequence number.
+That process runs the user's code, so nothing it returns is unpickled here: every call
+is answered as JSON through Ray's key-value store and checked (answers.py, checked.py).  Detached, so a restarted
 operator kills no trial; named, so it finds them again:
 
 - dedicated: ``kubetune/<ns>/<experiment>/<trial>``, one actor per trial attempt,
@@ -48,15 +50,19 @@ from kubetune.core.resources import Resources
 from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest, NodeResources,
                                      RayUnavailableError, TrialUpdate)
 from kubetune.executors.ray.autoscaler import read_node_types, request_resources
+from kubetune.executors.ray import answers, checked
+from kubetune.executors.ray.answers import AnswerError, call, read, ready
 from kubetune.executors.ray.discovery import ActorDiscovery
 from kubetune.executors.ray.errors import is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
-from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix
-from kubetune.executors.ray.results import Slot, fetch_results, is_dead, is_ready, settle_acks, to_update
+from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix, namespace_of_actor
+from kubetune.executors.ray.results import (Slot, fetch_results, is_dead, is_ready, mark_dead, settle_acks,
+                                            to_update)
 from kubetune.spec.model import TrialResources
 
 log = logging.getLogger(__name__)
 
+LOGS_CHARS = 1 << 20           # the tail of a trial's output the operator takes
 NODE_TYPES_REFRESH_S = 300.0   # an autoscaling config changes rarely (a `ray up` of a new one)
 
 __all__ = ["ACTOR_PREFIX", "NODE_TYPES_REFRESH_S", "RayExecutor", "actor_name"]
@@ -181,14 +187,14 @@ class RayExecutor:
         worker = self._pool.take_idle(self._pool.pool_key(req, shape)) \
             if self._pool.pooled(shape) else None
         if worker is not None:
-            ack = worker.handle.assign.remote(launch)
+            ack = call(worker.handle.assign, worker.namespace, launch)
         else:
             worker = self._pool.create(req, shape, launch)
-            ack = worker.handle.describe.remote()
+            ack = call(worker.handle.describe, worker.namespace)
         if req.checkpoint and f"/{req.trial_key}/" not in req.checkpoint:
             # Another trial's checkpoint (PBT): the trial copies it as it starts; wait for
             # that, since its owner keeps it only until the operator fetches a newer one.
-            ray.wait([ack], timeout=self.rpc_timeout_s)
+            ready([ack], self.rpc_timeout_s)
         with self._lock:
             self._slots[req.trial_key] = Slot(worker, req.attempt, ack=ack)
         return LaunchInfo(req.trial_key, worker.name, attached=False,
@@ -289,19 +295,26 @@ class RayExecutor:
             return slot.final, False
         if slot.final is not None and after_seq is None:
             # done already: nothing to wait for but the answer whether its worker is reusable
+            pending = call(slot.worker.handle.release, slot.worker.namespace, key)
             try:
-                answer = ray.get(slot.worker.handle.release.remote(key), timeout=self.rpc_timeout_s)
-            except Exception:  # noqa: BLE001 - no answer: the worker is killed, not pooled
+                if not ready([pending], self.rpc_timeout_s):
+                    return slot.final, False
+                answer = {"retire": checked.names(read(pending).get("retire"), "retire")}
+            except Exception:  # noqa: BLE001 - no (valid) answer: the worker is killed, not pooled
                 return slot.final, False
             return slot.final, not _retired(key, slot, answer)
-        ref = slot.worker.handle.stop.remote(key, timeout_s, after_seq, at_checkpoint)
+        pending = call(slot.worker.handle.stop, slot.worker.namespace, key, timeout_s, after_seq, at_checkpoint)
         try:
-            batch = ray.get(ref, timeout=timeout_s + self.rpc_timeout_s)
+            if not ready([pending], timeout_s + self.rpc_timeout_s):
+                raise AnswerError("died", "no answer in time")
+            batch = checked.batch(read(pending), key, limit=1 << 30)
         except Exception as exc:  # noqa: BLE001 - the actor is killed below
             log.info("trial %s did not stop gracefully: %s", key, exc)
+            if isinstance(exc, AnswerError) and exc.kind == "rejected":
+                return mark_dead(key, slot, exc), False
             return None, False
         update = to_update(key, batch, batch["last_seq"] if after_seq is None else after_seq)
-        return update, bool(batch.get("ended")) and not _retired(key, slot, batch)
+        return update, batch["ended"] and not _retired(key, slot, batch)
 
     # ---------------------------------------------------------------- listing, cleanup
 
@@ -327,9 +340,12 @@ class RayExecutor:
             names = [ACTOR_PREFIX + name for name in self._discovery.actor_names(prefix)]
             for name in names:
                 try:
-                    ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+                    ray.kill(ray.get_actor(name, namespace=namespace_of_actor(self.namespace, name)),
+                             no_restart=True)
                 except ValueError:
                     pass
+            for namespace in {namespace_of_actor(self.namespace, name) for name in names}:
+                answers.forget(namespace)
             with self._lock:
                 for key in [k for k in self._slots if k.startswith(prefix)]:
                     del self._slots[key]
@@ -426,11 +442,12 @@ class RayExecutor:
             slot = self._slots.get(trial_key)
         if slot is None:
             return ""
+        pending = call(slot.worker.handle.logs, slot.worker.namespace, trial_key, lines)
         try:
-            return ray.get(slot.worker.handle.logs.remote(trial_key, lines),
-                           timeout=self.rpc_timeout_s) or ""
-        except Exception:  # noqa: BLE001 - the actor is gone: no logs
+            text = read(pending) if ready([pending], self.rpc_timeout_s) else ""
+        except Exception:  # noqa: BLE001 - the actor is gone (or answered nonsense): no logs
             return ""
+        return text[-LOGS_CHARS:] if isinstance(text, str) else ""
 
     def describe(self, trial_key: str) -> dict | None:
         """The hosting actor's view: name, pid, node_id, attempt, state, last_seq."""
@@ -439,8 +456,11 @@ class RayExecutor:
             slot = self._slots.get(trial_key)
         if slot is None:
             return None
+        pending = call(slot.worker.handle.describe, slot.worker.namespace)
         try:
-            answer = ray.get(slot.worker.handle.describe.remote(), timeout=self.rpc_timeout_s)
+            if not ready([pending], self.rpc_timeout_s):
+                return None
+            answer = checked.description(read(pending))
         except Exception:  # noqa: BLE001
             return None
         return answer if answer.get("trial_key") == trial_key else None

@@ -1,6 +1,12 @@
 """The Ray actors that host trials: their names, their creation, and the pool of idle
 workers that host the next trial of the same shape (see executors/ray/executor.py).
 
+Each Experiment's actors live in a Ray namespace of their own, chosen by the
+operator (``experiment_namespace``: ``<base>/<ns>/<experiment>``), under names the
+operator assigns; the executor looks for an experiment's actors there only.  Ray
+namespaces are no access control (any driver or actor of the cluster may name any
+namespace): they keep experiments apart, not tenants (README: Security).
+
 A pooled worker is keyed by experiment + resource shape + runtime_env; it waits in
 the pool after its trial ends and is killed after ``idle_ttl_s``, or at once when a
 new worker of another shape needs what it holds.  A dedicated actor (multi-bundle
@@ -41,6 +47,17 @@ def experiment_prefix(trial_key: str) -> str:
     return TrialKey.parse(trial_key).experiment_prefix
 
 
+def experiment_namespace(base: str, prefix: str) -> str:
+    """The Ray namespace of the actors under ``"<ns>/<experiment>/"`` (or a trial key)."""
+    parts = prefix.split("/")
+    return f"{base}/{parts[0]}/{parts[1]}"
+
+
+def namespace_of_actor(base: str, name: str) -> str:
+    """The Ray namespace of one of our actors, from its name ``kubetune/<ns>/<exp>/...``."""
+    return experiment_namespace(base, name[len(ACTOR_PREFIX):])
+
+
 @dataclass
 class Worker:
     name: str
@@ -50,6 +67,7 @@ class Worker:
     node_id: str | None = None
     placement_group: str | None = None
     idle_since: float = 0.0
+    namespace: str = ""                 # its Ray namespace (experiment_namespace)
 
 
 class WorkerPool:
@@ -120,8 +138,9 @@ class WorkerPool:
             pool_key, name = "", actor_name(req.trial_key)
             self._free_name(name)
         self._evict_idle_for(shape, keep=pool_key)
+        namespace = experiment_namespace(self.namespace, req.trial_key)
         options: dict[str, Any] = {
-            "name": name, "namespace": self.namespace, "lifetime": "detached",
+            "name": name, "namespace": namespace, "lifetime": "detached",
             "max_concurrency": ACTOR_THREADS, "max_restarts": 0,
             "num_cpus": shape.cpu, "num_gpus": shape.gpu,
         }
@@ -144,19 +163,20 @@ class WorkerPool:
         handle = _HostActor.options(**options).remote(
             name, pool_key, shape_info, launch, idle_timeout_s=3 * self.idle_ttl_s,
             orphan_timeout_s=self.orphan_timeout_s, lease_timeout_s=self.lease_timeout_s)
-        return Worker(name, handle, shape, pool_key, placement_group=pg_name)
+        return Worker(name, handle, shape, pool_key, placement_group=pg_name, namespace=namespace)
 
     def _free_name(self, name: str) -> None:
         """A dedicated actor's name may still be held by an earlier attempt: end it."""
+        namespace = namespace_of_actor(self.namespace, name)
         try:
-            old = ray.get_actor(name, namespace=self.namespace)
+            old = ray.get_actor(name, namespace=namespace)
         except ValueError:
             return
         ray.kill(old, no_restart=True)
         deadline = time.monotonic() + self.rpc_timeout_s
         while time.monotonic() < deadline:
             try:
-                ray.get_actor(name, namespace=self.namespace)
+                ray.get_actor(name, namespace=namespace)
             except ValueError:
                 return
             time.sleep(0.05)

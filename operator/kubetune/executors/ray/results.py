@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RuntimeEnvSetupError
-
 from kubetune.executors.base import TrialState, TrialUpdate
+from kubetune.executors.ray import checked
+from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.executors.ray.pool import Worker
 from kubetune.spec.results import Result
 from kubetune.trainable.host import UNKNOWN
@@ -28,8 +27,8 @@ class Slot:
     """A trial this executor knows to be hosted by ``worker``."""
     worker: Worker
     attempt: int | None
-    ack: Any = None                     # ObjectRef until the worker confirmed the assignment
-    inflight: tuple[Any, int] | None = None   # an unanswered fetch and its after_seq
+    ack: Call | None = None             # until the worker confirmed the assignment
+    inflight: tuple[Call, int] | None = None   # an unanswered fetch and its after_seq
     final: TrialUpdate | None = None    # terminal state seen with all results delivered
     final_seq: int = 0
 
@@ -37,7 +36,7 @@ class Slot:
 def fetch_results(slots: Mapping[str, Slot], cursors: Mapping[str, int], updates: dict[str, TrialUpdate],
                   *, wait_s: float, limit: int, rpc_timeout_s: float) -> None:
     """One round for the trials of ``slots`` that have no update yet in ``updates``."""
-    calls: dict[str, tuple[Any, int]] = {}
+    calls: dict[str, tuple[Call, int]] = {}
     for key, slot in slots.items():
         if key in updates:
             continue
@@ -48,20 +47,19 @@ def fetch_results(slots: Mapping[str, Slot], cursors: Mapping[str, int], updates
             calls[key] = slot.inflight
         else:
             hold = max(wait_s, FETCH_HOLD_S) if wait_s > 0 else 0.0
-            slot.inflight = (slot.worker.handle.fetch.remote(key, after, limit, hold), after)
+            slot.inflight = (call(slot.worker.handle.fetch, slot.worker.namespace, key, after, limit, hold), after)
             calls[key] = slot.inflight
-    refs = [ref for ref, _ in calls.values()]
-    if refs:
+    pending = [c for c, _ in calls.values()]
+    if pending:
         if wait_s > 0:
-            ray.wait(refs, num_returns=1, timeout=wait_s)
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            ready(pending, wait_s, num_returns=1)
+            done = ready(pending, 0)
         else:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=rpc_timeout_s)
-        ready_set = set(ready)
-        for key, (ref, _) in calls.items():
-            if ref in ready_set:
+            done = ready(pending, rpc_timeout_s)
+        for key, (inflight, _) in calls.items():
+            if inflight.ref in done:
                 slots[key].inflight = None
-                updates[key] = _fetched(key, slots[key], ref, cursors[key])
+                updates[key] = _fetched(key, slots[key], inflight, cursors[key], limit)
             else:
                 updates[key] = TrialUpdate(key, TrialState.RUNNING, attempt=slots[key].attempt)
 
@@ -70,35 +68,33 @@ def settle_acks(pending: dict[str, Slot], updates: dict[str, TrialUpdate]) -> No
     """Trials whose actor has not confirmed the launch yet: running, or its failure."""
     if not pending:
         return
-    refs = [slot.ack for slot in pending.values()]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-    ready_set = set(ready)
+    done = ready([slot.ack for slot in pending.values()], 0)
     for key, slot in pending.items():
-        if slot.ack not in ready_set:
+        if slot.ack.ref not in done:
             updates[key] = TrialUpdate(key, TrialState.RUNNING, attempt=slot.attempt)
             continue
         try:
-            answer = ray.get(slot.ack)
-        except Exception as exc:  # noqa: BLE001 - classified below
+            answer = checked.description(read(slot.ack))
+        except AnswerError as exc:
             updates[key] = mark_dead(key, slot, exc)
             continue
         slot.ack = None
-        slot.worker.node_id = answer.get("node_id")
-        if answer.get("refused"):
-            updates[key] = mark_dead(key, slot, RuntimeError(
-                f"actor {slot.worker.name} refused the trial: {answer['refused']}"))
+        slot.worker.node_id = answer["node_id"]
+        if answer["refused"]:
+            updates[key] = mark_dead(key, slot, AnswerError(
+                "died", f"actor {slot.worker.name} refused the trial: {answer['refused']}"))
 
 
-def _fetched(key: str, slot: Slot, ref: Any, after: int) -> TrialUpdate:
+def _fetched(key: str, slot: Slot, done: Call, after: int, limit: int) -> TrialUpdate:
     try:
-        batch = ray.get(ref)
-    except ActorUnavailableError:
-        return TrialUpdate(key, TrialState.RUNNING, attempt=slot.attempt)
-    except Exception as exc:  # noqa: BLE001 - classified in mark_dead
+        batch = checked.batch(read(done), key, limit)
+    except AnswerError as exc:
+        if exc.kind == "unavailable":
+            return TrialUpdate(key, TrialState.RUNNING, attempt=slot.attempt)
         return mark_dead(key, slot, exc)
     if batch["state"] == UNKNOWN:
-        return mark_dead(key, slot, RuntimeError(
-            f"actor {slot.worker.name} no longer hosts trial {key}"))
+        return mark_dead(key, slot, AnswerError(
+            "died", f"actor {slot.worker.name} no longer hosts trial {key}"))
     update = to_update(key, batch, after)
     if update.state.is_terminal:
         # Later polls past the last seq get the same ending without an actor call.
@@ -109,7 +105,7 @@ def _fetched(key: str, slot: Slot, ref: Any, after: int) -> TrialUpdate:
 
 
 def to_update(key: str, batch: dict, after: int) -> TrialUpdate:
-    """A ``TrialUpdate`` from an actor's answer, with the results after seq ``after``."""
+    """A ``TrialUpdate`` from an actor's answer (checked.batch), with the results after seq ``after``."""
     results = tuple(Result.from_wire(r, attempt=batch.get("attempt")) for r in batch["results"] if r["seq"] > after)
     state = TrialState(batch["state"]) if batch["state"] != UNKNOWN else TrialState.MISSING
     return TrialUpdate(key, state, results, batch.get("error", ""),
@@ -117,26 +113,27 @@ def to_update(key: str, batch: dict, after: int) -> TrialUpdate:
                        iteration=batch.get("iteration"))
 
 
-def mark_dead(key: str, slot: Slot, exc: BaseException) -> TrialUpdate:
-    """The trial's actor is gone or never came up: MISSING (or FAILED for a bad env)."""
-    if isinstance(exc, RuntimeEnvSetupError):
-        update = TrialUpdate(key, TrialState.FAILED, error=f"runtime_env setup failed: {exc}",
-                             attempt=slot.attempt)
+def mark_dead(key: str, slot: Slot, error: AnswerError) -> TrialUpdate:
+    """The trial's actor is gone, never came up, or answered what is not kubetune's:
+    MISSING (a Ray fault), or FAILED (a bad runtime_env, a rejected or raising answer)."""
+    if error.kind == "runtime_env":
+        update = TrialUpdate(key, TrialState.FAILED, error=str(error), attempt=slot.attempt)
+    elif error.kind in ("rejected", "raised"):
+        update = TrialUpdate(key, TrialState.FAILED, attempt=slot.attempt,
+                             error=f"TrialRejected: {error}; kubetune ended the trial")
     else:
-        text = str(exc)
-        cluster = bool(getattr(exc, "preempted", False)) or "node has died" in text \
-            or isinstance(exc, GetTimeoutError)
-        update = TrialUpdate(key, TrialState.MISSING, error=f"{type(exc).__name__}: {text}",
-                             cluster_fault=cluster, attempt=slot.attempt)
+        name = "ActorDiedError" if error.kind == "died" else "RayClusterError"
+        update = TrialUpdate(key, TrialState.MISSING, error=f"{name}: {error}",
+                             cluster_fault=error.kind in ("cluster", "unavailable"), attempt=slot.attempt)
     slot.ack = None
     slot.final, slot.final_seq = update, -1
     return update
 
 
 def is_dead(slot: Slot) -> bool:
-    return slot.final is not None and slot.final.state in (TrialState.MISSING,)
+    return slot.final is not None and slot.final.state in (TrialState.MISSING, TrialState.FAILED) \
+        and slot.final_seq == -1
 
 
-def is_ready(ref: Any) -> bool:
-    ready, _ = ray.wait([ref], timeout=0)
-    return bool(ready)
+def is_ready(pending: Call) -> bool:
+    return bool(ready([pending], 0))
