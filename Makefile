@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench e2e clean-venv postgres
+.PHONY: demo test unit integration bench e2e clean-venv postgres chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubetune demo
 
-test: $(STAMP) postgres
+test: $(STAMP) postgres chromium
 	$(BIN)/kubetune devcluster build
 	$(BIN)/python -m pytest tests -q -ra
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
-integration: $(STAMP) postgres
+integration: $(STAMP) postgres chromium
 	$(BIN)/python -m pytest tests/integration -q -ra
 
 bench: $(STAMP)
@@ -44,6 +44,17 @@ postgres:
 	else \
 		echo "make postgres: PostgreSQL's server is missing; install it (Debian/Ubuntu: sudo apt-get install postgresql)" >&2; \
 		exit 1; \
+	fi
+
+# Chromium for the dashboard's browser tests (tests/integration/test_dashboard_browser.py,
+# driven by Playwright with executable_path=/usr/bin/chromium: `playwright install` would
+# download a browser of its own); Debian's package, installed once if missing
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "make chromium: /usr/bin/chromium is missing; install it (Debian/Ubuntu: sudo apt-get install chromium); the browser tests skip without it" >&2; \
 	fi
 
 clean-venv:

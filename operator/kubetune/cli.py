@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "plan": ("kubetune.plan_command", "what an Experiment will cost before it runs: trials, rungs, GPU-hours"),
     "results": ("kubetune.results.command", "an Experiment's results from the results store: table, JSON, CSV, plots"),
     "convert": ("kubetune.convert.command", "an Experiment from a Ray Tune script or a Katib Experiment"),
+    "dashboard": ("kubetune.dashboard.command", "optuna-dashboard over the results store, in a browser (read-only)"),
 }
 
 

@@ -7,14 +7,16 @@ controller's Store so Experiment and Trial metadata (phase, best value, paramete
 follow the status writes without the controller asking."""
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from typing import Any, Callable, Iterable, Mapping
 
 from kubetune.core.types import Result
-from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, study_meta
 from kubetune.results.writer import ResultsWriter
+from kubetune.spec.parse import parse_experiment
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,7 @@ class ResultsRecorder:
         self._body = body
         self._trials: dict[str, TrialRow] = {}    # name -> the last row submitted
         self._phase: str | None = None             # the Experiment's, as last submitted
+        self._study: tuple[str, str] = ("", "")    # (spec as JSON, its study column): parsed once per spec
 
     @property
     def experiment_uid(self) -> str:
@@ -68,7 +71,20 @@ class ResultsRecorder:
         self.writer.submit(Batch(experiments=[ExperimentRow(
             uid=self.experiment_uid, namespace=self.namespace, name=body["metadata"]["name"],
             metric=str(objective.get("metric", "")), mode=str(objective.get("mode", "min")),
-            phase=self._phase, created=time.time())]))
+            phase=self._phase, created=time.time(), study=self._study_column(spec))]))
+
+    def _study_column(self, spec: Mapping[str, Any]) -> str:
+        """Objectives, constraints and search space for study views (results/study_meta.py);
+        "" for a spec that does not parse (the operator reports that elsewhere)."""
+        key = json.dumps(spec, sort_keys=True, default=str)
+        if key != self._study[0]:
+            try:
+                column = study_meta.from_spec(parse_experiment(spec))
+            except Exception as error:  # noqa: BLE001 - never let a study view stop result recording
+                log.debug("no study column for %s: %s", self._body()["metadata"]["name"], error)
+                column = ""
+            self._study = (key, column)
+        return self._study[1]
 
     def trial(self, body: Mapping[str, Any]) -> None:
         """A Trial resource as created or listed: its UID, index and parameters."""

@@ -14,6 +14,7 @@ class ExperimentRow:
     mode: str = ""           # min | max
     phase: str = ""
     created: float = 0.0     # epoch seconds, first seen
+    study: str = ""          # JSON: objectives, constraints, distributions (schema.py); "" if unknown
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ experiments = Table(
     Column("mode", String(8), nullable=False, default=""),
     Column("phase", String(32), nullable=False, default=""),
     Column("created", Double, nullable=False, default=0.0),
+    # JSON of what a study view needs beyond one metric: {"objectives": [{"metric", "mode"}],
+    # "constraints": [{"metric", "min", "max"}], "distributions": {param: Optuna's JSON}}.
+    # Added after the first release: migrate.py adds it to an older database, "" there
+    Column("study", Text, nullable=False, default="", server_default=""),
     Index("kubetune_experiments_by_name", "namespace", "name"),
 )
 

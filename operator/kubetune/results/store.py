@@ -10,6 +10,7 @@ killed after this write but before the Trial's lastResultSeq) replaces the stale
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, create_engine, delete, event, func, select
 from sqlalchemy.engine import make_url
 
-from kubetune.results import schema, values
+from kubetune.results import migrate, schema, values
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
 
 URL_ENV = "KUBETUNE_RESULTS_URL"
@@ -33,22 +34,28 @@ def default_url() -> str:
     return f"sqlite:///{base / 'kubetune' / 'results.db'}"
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> "ResultsStore":
+def open_store(url: str | None = None, *, create: bool = True, read_only: bool = False) -> "ResultsStore":
     """The store at ``url`` (default: ``default_url()``).  ``create=False`` (readers):
-    a SQLite file that does not exist is an error rather than a new empty store."""
+    a SQLite file that does not exist is an error rather than a new empty store.
+    ``read_only`` (the dashboard): the database refuses writes (SQLite opened with
+    mode=ro, PostgreSQL sessions read-only), no table is created nor migrated."""
     url = url or default_url()
     parsed = make_url(url)
-    if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
-            and not Path(parsed.database).expanduser().exists():
+    if (not create or read_only) and parsed.get_backend_name() == "sqlite" \
+            and parsed.database not in (None, "", ":memory:") and not Path(parsed.database).expanduser().exists():
         raise FileNotFoundError(f"no results store at {parsed.database} "
                                 "(`kubetune run` and the operator create it with their first result)")
-    return ResultsStore(url)
+    return ResultsStore(url, read_only=read_only)
 
 
-def _engine(url: str) -> Engine:
+def _engine(url: str, read_only: bool = False) -> Engine:
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")   # psycopg 3, not the default psycopg2
+    if parsed.get_backend_name() == "sqlite" and read_only:
+        # a WAL database opens read-only while its writer has it open (its -shm file exists)
+        path = Path(parsed.database).expanduser().resolve()
+        return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true", connect_args={"timeout": 30})
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +70,8 @@ def _engine(url: str) -> Engine:
             cursor.close()
         return engine
     # pre-ping: a restarted database server costs one failed batch, not a dead pool
-    return create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2)
+    extra = {"connect_args": {"options": "-c default_transaction_read_only=on"}} if read_only else {}
+    return create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2, **extra)
 
 
 def _insert(dialect: str):
@@ -76,12 +84,36 @@ def _insert(dialect: str):
     return insert
 
 
+def _raw_rows(connection, query) -> list[tuple]:
+    """The driver's own tuples of a SELECT, fetched in one call: a million rows (every
+    result of a big Experiment) cost a third less without SQLAlchemy's Row per row."""
+    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.params
+    if compiled.positional:
+        params = tuple(params[name] for name in compiled.positiontup)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(str(compiled), params)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
 class ResultsStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         self.url = url
-        self.engine = _engine(url)
+        self.read_only = read_only
+        self.engine = _engine(url, read_only)
         self._insert = _insert(self.engine.dialect.name)
-        schema.metadata.create_all(self.engine)
+        if read_only:
+            # a database an older kubetune wrote lacks newer columns: read what it has
+            missing = migrate.missing_columns(self.engine)
+            self._experiment_columns = [c for c in schema.experiments.columns
+                                        if c.name not in missing.get(schema.experiments.name, [])]
+        else:
+            schema.metadata.create_all(self.engine)
+            migrate.add_missing_columns(self.engine)
+            self._experiment_columns = list(schema.experiments.columns)
 
     @property
     def url_shown(self) -> str:
@@ -99,10 +131,13 @@ class ResultsStore:
 
     def write(self, batch: Batch) -> None:
         """Upsert a batch in one transaction."""
+        if self.read_only:
+            raise PermissionError(f"results store {self.url_shown} was opened read-only")
         with self.engine.begin() as connection:
             self._upsert(connection, schema.experiments, ["uid"], [
                 {"uid": e.uid, "namespace": e.namespace, "name": e.name, "metric": e.metric, "mode": e.mode,
-                 "phase": e.phase, "created": e.created or time.time()} for e in batch.experiments],
+                 "phase": e.phase, "created": e.created or time.time(), "study": e.study}
+                for e in batch.experiments],
                 keep=("created",))
             self._upsert(connection, schema.trials, ["uid"], [
                 {"uid": t.uid, "experiment_uid": t.experiment_uid, "name": t.name, "index": t.index,
@@ -168,7 +203,7 @@ class ResultsStore:
     # ------------------------------------------------------------------ reads
 
     def experiments(self, namespace: str | None = None) -> list[ExperimentRow]:
-        query = select(schema.experiments).order_by(schema.experiments.c.created)
+        query = select(*self._experiment_columns).order_by(schema.experiments.c.created)
         if namespace is not None:
             query = query.where(schema.experiments.c.namespace == namespace)
         with self.engine.connect() as connection:
@@ -221,6 +256,64 @@ class ResultsStore:
             .group_by(r.c.trial_uid)
         with self.engine.connect() as connection:
             return {uid: int(seq) for uid, seq in connection.execute(query)}
+
+    # ------------------------------------------------------------------ reads for a study view (dashboard)
+    # Each takes ``trial_uids`` (only those trials, read in chunks) or None (the whole
+    # Experiment, one statement): a view re-reads only the trials that changed.
+
+    def _chunks(self, experiment_uid: str, column, trial_uids: Sequence[str] | None):
+        if trial_uids is None:
+            t = schema.trials
+            yield column.in_(select(t.c.uid).where(t.c.experiment_uid == experiment_uid))
+            return
+        for start in range(0, len(trial_uids), CHUNK_ROWS):
+            yield column.in_(list(trial_uids[start:start + CHUNK_ROWS]))
+
+    def result_stats(self, experiment_uid: str,
+                     trial_uids: Sequence[str] | None = None) -> dict[str, tuple[int, int, int]]:
+        """Trial UID -> (results stored, lowest seq, highest seq), from the primary key's
+        index alone: it changes whenever a result is added, so a reader can cache the rest."""
+        r = schema.results
+        found: dict[str, tuple[int, int, int]] = {}
+        with self.engine.connect() as connection:
+            for where in self._chunks(experiment_uid, r.c.trial_uid, trial_uids):
+                query = (select(r.c.trial_uid, func.count(), func.min(r.c.seq), func.max(r.c.seq))
+                         .where(where).group_by(r.c.trial_uid))
+                found.update((uid, (int(n), int(low), int(high))) for uid, n, low, high in connection.execute(query))
+        return found
+
+    def curves(self, experiment_uid: str, metric: str,
+               trial_uids: Sequence[str] | None = None) -> list[tuple[str, int, float, float]]:
+        """(trial UID, iteration, time, value) of every result reporting ``metric`` as a
+        number (NaN and ±Infinity included), in (trial, seq) order."""
+        m, r = schema.metrics, schema.results
+        rows: list[tuple[str, int, float, float]] = []
+        with self.engine.connect() as connection:
+            for where in self._chunks(experiment_uid, m.c.trial_uid, trial_uids):
+                query = (select(m.c.trial_uid, r.c.iteration, r.c.time, m.c.value)
+                         .join(r, (r.c.trial_uid == m.c.trial_uid) & (r.c.seq == m.c.seq))
+                         .where(where, m.c.name == metric, m.c.kind.in_(("f", "i")))
+                         .order_by(m.c.trial_uid, m.c.seq))
+                rows.extend(_raw_rows(connection, query))
+        # SQLite keeps a NaN as NULL (schema.Double)
+        return [row if row[3] is not None else (*row[:3], math.nan) for row in rows]
+
+    def last_values(self, experiment_uid: str, metrics: Sequence[str],
+                    trial_uids: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+        """Trial UID -> the numbers among ``metrics`` in its last result (highest seq):
+        what the operator tells Optuna a finished trial's values are."""
+        m, r = schema.metrics, schema.results
+        found: dict[str, dict[str, float]] = {}
+        with self.engine.connect() as connection:
+            for where in self._chunks(experiment_uid, r.c.trial_uid, trial_uids):
+                last = select(r.c.trial_uid, func.max(r.c.seq).label("seq")).where(where) \
+                    .group_by(r.c.trial_uid).subquery()
+                query = (select(m.c.trial_uid, m.c.name, m.c.value)
+                         .join(last, (last.c.trial_uid == m.c.trial_uid) & (last.c.seq == m.c.seq))
+                         .where(m.c.name.in_(list(metrics)), m.c.kind.in_(("f", "i"))))
+                for uid, name, value in connection.execute(query):
+                    found.setdefault(uid, {})[name] = math.nan if value is None else value
+        return found
 
     def failures(self, experiment_uid: str) -> list[FailureRow]:
         f, t = schema.failures, schema.trials

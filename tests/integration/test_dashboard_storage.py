@@ -1,0 +1,188 @@
+"""The results store as a read-only Optuna storage (kubetune.dashboard), on SQLite and a
+real PostgreSQL server: what Optuna itself reads through it (``optuna.load_study``),
+live changes, read-only enforcement by the database, and a database an older
+kubetune wrote (without the ``study`` column)."""
+from __future__ import annotations
+
+import math
+import time
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.trial import TrialState
+
+from kubetune.dashboard import storage as storage_module
+from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage, study_id_of
+from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
+from kubetune.results.study_meta import study_json
+from kubetune.spec.model import Constraint
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from postgres_fixtures import postgres_server, postgres_url  # noqa: F401
+
+pytestmark = pytest.mark.integration
+STUDY = study_json([("loss", "min"), ("size", "max")], [Constraint("memory", max=2.0)],
+                   {"lr": FloatDistribution(1e-4, 1e-1, log=True), "opt": CategoricalDistribution(["adam", "sgd"])})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def trial(index: int, phase: str, **params) -> TrialRow:
+    return TrialRow(f"uid-{index}", "exp-uid", f"exp-{index}", index, params or {"lr": 0.01, "opt": "adam"}, phase)
+
+
+def reports(index: int, rows: list[dict], start: int = 0) -> list[ResultRow]:
+    return [ResultRow(f"uid-{index}", start + i, start + i + 1, metrics, time=1000.0 + index * 10 + i)
+            for i, metrics in enumerate(rows)]
+
+
+@pytest.fixture
+def written(store_url):
+    """An Experiment of four trials: complete, failed, stopped early, running."""
+    store = open_store(store_url)
+    store.write(Batch(
+        experiments=[ExperimentRow("exp-uid", "team-a", "exp", "loss", "min", "Running", 100.0, STUDY)],
+        trials=[trial(0, "Succeeded"), trial(1, "Failed", lr=0.05, opt="sgd"), trial(2, "Stopped"),
+                trial(3, "Running")],
+        results=reports(0, [{"loss": 2.0, "size": 1, "memory": 1.0}, {"loss": 1.5, "size": 3, "memory": 3.0}])
+        + reports(1, [{"loss": float("nan"), "size": 1, "memory": 1.0}])
+        + reports(2, [{"loss": 4.0, "size": 1, "memory": 1.0}, {"loss": float("inf"), "size": 1, "memory": 1.0}])
+        + reports(3, [{"loss": 0.5, "size": 9, "memory": 0.5, "note": "text"}])))
+    yield store
+    store.close()
+
+
+def load(storage: ResultsStoreStorage) -> optuna.Study:
+    [study] = storage.get_all_studies()
+    return optuna.load_study(study_name=study.study_name, storage=storage)
+
+
+def test_optuna_reads_an_experiment_as_a_multi_objective_study(written, store_url):
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    study = load(storage)
+    assert study.study_name == "team-a/exp" and study._study_id == study_id_of("exp-uid")
+    assert study.directions == [optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MAXIMIZE]
+    assert study.metric_names == ["loss", "size"]
+    assert study.user_attrs["phase"] == "Running"
+    trials = study.get_trials()
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING]
+    done = trials[0]
+    assert done.values == [1.5, 3.0]                            # the last result's objectives
+    assert done.intermediate_values == {1: 2.0, 2: 1.5}          # every result, by iteration
+    assert done.system_attrs["constraints"] == [1.0]             # memory 3.0 > max 2.0: infeasible by 1
+    assert done.params == {"lr": 0.01, "opt": "adam"} and done.distributions["lr"].log
+    assert done.user_attrs == {"trial": "exp-0", "phase": "Succeeded"}
+    assert done.datetime_start.timestamp() == 1000.0 and done.datetime_complete.timestamp() == 1001.0
+    assert math.isnan(trials[1].intermediate_values[1])          # a NaN report is kept as NaN
+    assert trials[2].intermediate_values == {1: 4.0, 2: math.inf} and trials[2].values is None
+    assert trials[3].values is None and trials[3].intermediate_values == {1: 0.5}
+    assert study.best_trials == []   # the only complete trial breaks its constraint
+    # trial IDs round-trip
+    assert storage.get_trial(done._trial_id).number == 0
+    assert storage.get_trial_id_from_study_id_trial_number(study._study_id, 3) == trials[3]._trial_id
+
+
+def test_every_write_is_refused_by_the_storage_and_by_the_database(written, store_url):
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    study = load(storage)
+    with pytest.raises(ReadOnlyStorageError, match="read-only"):
+        study.set_user_attr("note", "x")
+    with pytest.raises(ReadOnlyStorageError):
+        optuna.create_study(storage=storage, study_name="new")
+    with pytest.raises(ReadOnlyStorageError):
+        storage.set_trial_state_values(study.trials[3]._trial_id, TrialState.COMPLETE, [1.0, 1.0])
+    with pytest.raises(PermissionError, match="read-only"):
+        storage.store.write(Batch(experiments=[ExperimentRow("other", "team-a", "other")]))
+    # below the store: the connection itself cannot write (SQLite mode=ro, PostgreSQL read-only sessions)
+    with pytest.raises(sqlalchemy.exc.DBAPIError):
+        with storage.store.engine.begin() as connection:
+            connection.execute(schema.experiments.delete())
+    assert len(load(storage).trials) == 4
+
+
+def test_new_trials_and_results_appear_and_only_what_changed_is_read_again(written, store_url, monkeypatch):
+    monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    monkeypatch.setattr(storage_module, "SETTLE_SECONDS", 0.0)
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    study_id = storage.get_all_studies()[0]._study_id
+    first = storage.get_all_trials(study_id, deepcopy=False)
+    asked: list = []
+    original = storage.store.curves
+    monkeypatch.setattr(storage.store, "curves", lambda uid, metric, which=None: asked.append(which) or
+                        original(uid, metric, which))
+    storage.get_all_trials(study_id, deepcopy=False)
+    assert asked == []                                           # nothing changed: no result read
+    written.write(Batch(trials=[trial(3, "Succeeded"), trial(4, "Running")],
+                      results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1)
+                      + reports(4, [{"loss": 3.0, "size": 2, "memory": 0.1}])))
+    trials = storage.get_all_trials(study_id, deepcopy=False)
+    assert asked == [["uid-3", "uid-4"]]                        # only the two trials that changed
+    assert len(trials) == 5 and trials[0] is first[0]           # an unchanged trial is the same object
+    assert trials[3].state == TrialState.COMPLETE and trials[3].values == [0.4, 9.0]
+    assert trials[3].intermediate_values == {1: 0.5, 2: 0.4}
+    assert trials[4].state == TrialState.RUNNING
+    # finished and quiet: settled, no longer counted; a retry (row changed) is watched again
+    storage.get_all_trials(study_id, deepcopy=False)
+    counted: list = []
+    stats = storage.store.result_stats
+    monkeypatch.setattr(storage.store, "result_stats", lambda uid, which=None: counted.append(which) or
+                        stats(uid, which))
+    storage.get_all_trials(study_id, deepcopy=False)
+    assert counted == [["uid-4"]]
+    assert storage.get_all_trials(study_id, states=(TrialState.RUNNING,))[0].number == 4
+
+
+def test_a_recreated_experiment_is_a_second_study_and_the_newest_keeps_the_name(written, store_url):
+    written.write(Batch(experiments=[ExperimentRow("exp-uid-2", "team-a", "exp", "loss", "min", "Running", 200.0,
+                                                   STUDY)]))
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    names = {s.study_name: s._study_id for s in storage.get_all_studies()}
+    assert names == {"team-a/exp (uid exp-uid)": study_id_of("exp-uid"), "team-a/exp": study_id_of("exp-uid-2")}
+    assert storage.study_id_for("team-a", "exp") == study_id_of("exp-uid-2")
+
+
+def test_a_database_written_before_the_study_column_is_read_and_migrated(store_url):
+    engine = sqlalchemy.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    old = sqlalchemy.MetaData()
+    experiments = sqlalchemy.Table(schema.experiments.name, old,
+                                   *[c._copy() for c in schema.experiments.columns if c.name != "study"])
+    old.create_all(engine)
+    schema.metadata.create_all(engine)      # the other tables as they are (experiments exists: kept)
+    with engine.begin() as connection:
+        connection.execute(experiments.insert().values(
+            uid="exp-uid", namespace="team-a", name="exp", metric="acc", mode="max", phase="Succeeded", created=1.0))
+        connection.execute(schema.trials.insert().values(uid="uid-0", experiment_uid="exp-uid", name="exp-0",
+                                                         index=0, params='{"layers": 3}', phase="Succeeded"))
+    engine.dispose()
+    # read-only: nothing added, the single objective from metric/mode, distributions from the values
+    reader = ResultsStoreStorage(open_store(store_url, read_only=True))
+    study = load(reader)
+    assert study.directions == [optuna.study.StudyDirection.MAXIMIZE]
+    assert study.trials[0].distributions["layers"] == optuna.distributions.IntDistribution(3, 3)
+    assert study.trials[0].state == TrialState.PRUNED           # succeeded but never reported acc
+    # a writer adds the column; existing rows read as "" and new ones keep their study
+    writer = open_store(store_url)
+    assert writer.experiments()[0].study == ""
+    writer.write(Batch(experiments=[ExperimentRow("exp-uid", "team-a", "exp", "acc", "max", "Succeeded", 1.0,
+                                                  STUDY)]))
+    assert writer.experiments()[0].study == STUDY
+    writer.close()
+    reader.store.close()
+
+
+def test_the_dashboard_serves_before_the_sqlite_file_exists(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage_module, "STUDIES_TTL_SECONDS", 0.0)
+    url = f"sqlite:///{tmp_path / 'later.db'}"
+    storage = ResultsStoreStorage(lambda: open_store(url, read_only=True))
+    assert storage.get_all_studies() == []
+    store = open_store(url)
+    store.write(Batch(experiments=[ExperimentRow("e", "ns", "late", "loss", "min", "Running", time.time())]))
+    [study] = storage.get_all_studies()
+    assert study.study_name == "ns/late"
+    store.close()
