@@ -126,3 +126,41 @@ def test_a_full_experiment_status_keeps_its_outcome_conditions():
     assert all(f"Extra{i}" in types for i in range(6))
     assert all(len(v) <= 67 for v in status["bestTrial"]["parameters"].values())
     assert len(json.dumps(status, allow_nan=False).encode()) <= 16 * 1024
+
+
+def test_required_status_fields_survive_any_size_pressure_and_stay_valid():
+    """AUDIT N15: when keys dominate (64 parameter names of 128 characters, several 1 KiB
+    conditions), fit() used to cut date-times (a write the API server refuses) or return {},
+    patching phase, startTime and the counts to null: a restart then resumed a finished run."""
+    import re
+
+    from kubetune.core.types import ExperimentSummary, FinishExperiment
+    summary = ExperimentSummary(
+        counts={p.value: 0 for p in TrialPhase}, created=3, max_trials=3, best_trial="exp-1",
+        best_params={f"{i:02d}" + "k" * 126: i for i in range(64)}, best_metric=0.5,
+        finished=FinishExperiment("Succeeded", "GoalReached", "goal reached"))
+    extra = [(f"Extra{i}", True, "Why", "x" * 1000) for i in range(9)]
+    status = render.experiment_status(summary, total=3, previous={}, generation=2, now=1_700_000_000.0,
+                                      suspended=False, extra_conditions=extra)
+    assert status["phase"] == "Succeeded" and status["trialCounts"]["created"] == 3
+    assert status["observedGeneration"] == 2 and status["progress"] == "0/3"
+    date_time = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+    assert date_time.match(status["startTime"]) and date_time.match(status["completionTime"])
+    assert len(json.dumps(status, allow_nan=False).encode()) <= 16 * 1024
+    # the parameters map lost entries whole (its keys are what is big), nothing was cut mid-key
+    kept = status.get("bestTrial", {}).get("parameters", {})
+    assert all(len(key) == 128 for key in kept)
+
+
+def test_fit_shrinks_maps_by_their_keys_and_never_cuts_short_strings():
+    from kubetune.core.sanitize import fit, json_size
+    many = {f"{i:04d}" + "k" * 124: i for i in range(500)}
+    value = {"phase": "Running", "when": "2026-01-01T00:00:00Z", "nested": {"params": many, "name": "trial-7"}}
+    bounded = fit(value, 4096)
+    assert json_size(bounded) <= 4096
+    assert bounded["phase"] == "Running" and bounded["when"] == "2026-01-01T00:00:00Z"
+    assert bounded["nested"]["name"] == "trial-7" and 0 < len(bounded["nested"]["params"]) < 500
+    # kept keys hold even when nothing else fits
+    squeezed = fit({"phase": "Failed", "startTime": "2026-01-01T00:00:00Z", **many}, 200,
+                   keep=("phase", "startTime"))
+    assert squeezed["phase"] == "Failed" and squeezed["startTime"] == "2026-01-01T00:00:00Z"

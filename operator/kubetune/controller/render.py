@@ -25,6 +25,11 @@ TRIAL_COUNT_KEYS = ("pending", "queued", "running", "paused", "succeeded", "fail
 MAX_TRIAL_BYTES = 64 * 1024           # the whole Trial object (issue 14)
 MAX_TRIAL_STATUS_BYTES = 56 * 1024    # its status, leaving room for metadata and spec
 MAX_EXPERIMENT_STATUS_BYTES = 12 * 1024
+# what fit() never cuts nor drops, whatever a trial reports: what a restarted operator, kubectl
+# and Argo CD read the outcome and progress from (and date-times a cut would make invalid)
+EXPERIMENT_STATUS_KEPT = ("phase", "startTime", "completionTime", "trialCounts", "progress", "observedGeneration")
+TRIAL_STATUS_KEPT = ("phase", "attempt", "iteration", "lastResultSeq", "startTime", "attemptStartTime",
+                     "completionTime")
 # a Trial's message keeps the start of a traceback (the error is its first line) and
 # its end (where it was raised); the results store keeps it whole
 MAX_MESSAGE_CHARS = 8000
@@ -131,7 +136,7 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["admissions"] = trial.queue_waits
     if trial.evictions:
         status["evictions"] = trial.evictions
-    return fit(json_safe(status), MAX_TRIAL_STATUS_BYTES)
+    return fit(json_safe(status), MAX_TRIAL_STATUS_BYTES, keep=TRIAL_STATUS_KEPT)
 
 
 def _decoded(value: Any) -> Any:
@@ -279,5 +284,6 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     # the rest is shrunk into what they leave.
     conditions = json_safe(status.pop("conditions"))
     kept = json_safe(dict(kept or {}))
-    rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions) - json_size(kept), 2048))
+    rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions) - json_size(kept), 2048),
+               keep=EXPERIMENT_STATUS_KEPT)
     return {**rest, **kept, "conditions": conditions}

@@ -75,36 +75,70 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), allow_nan=False).encode())
 
 
-def fit(value: Any, max_bytes: int) -> Any:
+MIN_CUT_CHARS = 64   # a shorter string is never cut: a date-time or a phase cut short is a write refused
+
+
+def fit(value: Any, max_bytes: int, keep: tuple[str, ...] = ()) -> Any:
     """``value`` (already ``json_safe``) shrunk until its JSON takes at most ``max_bytes``:
-    the largest list loses its older half, or the largest string its tail, one step at a
-    time.  The renderers keep objects well under their caps; this is the last guard, so
-    no trial can make a write the API server refuses for its size."""
+    the largest list loses its older half, the largest map of plain values (parameters,
+    metrics: whatever its keys) its later half, or the largest string its tail, one step
+    at a time; when none is left, the biggest entry goes.  The renderers keep objects
+    well under their caps; this is the last guard, so no trial can make a write the API
+    server refuses for its size.
+
+    ``keep``: top-level keys never cut nor dropped (phase, startTime, counts: what a
+    restarted operator reads the outcome from); the rest fits into what they leave."""
+    if keep and isinstance(value, dict):
+        kept = {key: value[key] for key in keep if key in value}
+        rest = fit({key: v for key, v in value.items() if key not in kept}, max(max_bytes - json_size(kept), 2))
+        return {key: kept[key] if key in kept else rest[key] for key in value if key in kept or key in rest}
     while json_size(value) > max_bytes:
         path, _ = _largest(value, ())
-        if path is None:     # nothing left to shrink
+        if path is not None:
+            value = _shrink(value, path)
+        elif isinstance(value, (dict, list)) and value:   # only short strings and structure left
+            value = _without_biggest(value)
+        else:
             return {} if isinstance(value, dict) else None
-        value = _shrink(value, path)
     return value
 
 
+def _without_biggest(value: dict | list) -> dict | list:
+    if isinstance(value, list):
+        return value[1:]
+    biggest = max(value, key=lambda key: json_size(value[key]) + len(key))
+    return {key: v for key, v in value.items() if key != biggest}
+
+
+def _plain_map(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) > 1 and not any(isinstance(v, (dict, list)) for v in value.values())
+
+
 def _largest(value: Any, path: tuple) -> tuple[tuple | None, int]:
-    """The path of the biggest shrinkable list or string inside ``value`` (None: none)."""
+    """The path of the biggest shrinkable list, plain map or string inside ``value``
+    (None: none).  A child that is more than half of a shrinkable parent is preferred
+    (one huge string is cut rather than its neighbours dropped)."""
     best: tuple[tuple | None, int] = (None, 0)
     if isinstance(value, dict):
         items = value.items()
+        if _plain_map(value):
+            best = (path, json_size(value))
     elif isinstance(value, list):
         items = enumerate(value)
         if len(value) > 1:
             best = (path, json_size(value))
     else:
-        if isinstance(value, str) and len(value) > 16:
+        if isinstance(value, str) and len(value) > MIN_CUT_CHARS:
             return path, len(value)
         return best
-    for key, child in items:
-        found = _largest(child, path + (key,))
-        if found[1] > best[1]:
-            best = found
+    own = best[1]   # 0: this node itself is not shrinkable
+    child: tuple[tuple | None, int] = (None, 0)
+    for key, item in items:
+        found = _largest(item, path + (key,))
+        if found[1] > child[1]:
+            child = found
+    if child[0] is not None and (not own or 2 * child[1] > own):
+        return child
     return best
 
 
@@ -112,6 +146,8 @@ def _shrink(value: Any, path: tuple) -> Any:
     if not path:
         if isinstance(value, list):
             return value[len(value) // 2:]
+        if isinstance(value, dict):
+            return dict(list(value.items())[:len(value) // 2])
         return value[:len(value) // 2] + ELLIPSIS
     head, rest = path[0], path[1:]
     copy = dict(value) if isinstance(value, dict) else list(value)
