@@ -103,7 +103,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         pod_cluster = None
         if chosen.pod_executor:   # off: nothing listens on the ingest port
             PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
-                              namespace_opt_in=chosen.pod_namespace_opt_in)
+                              namespace_opt_in=chosen.pod_namespace_opt_in,
+                              priority_classes=chosen.pod_priority_classes)
             pod_cluster = await PODS.start()
         clusters = ClusterRegistry(chosen.ray_address, _executor_factory(chosen),
                                    separate_factory=_driver_process(chosen),

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-allow", action="append", default=[],
                         help="let trial pods have this (repeatable or comma-separated): "
                              f"{', '.join(ALLOWANCES)}; default: the restricted Pod Security profile")
+    parser.add_argument("--pod-priority-classes", action="append", default=[],
+                        help="the Kueue WorkloadPriorityClasses an Experiment's spec.priorityClass may name "
+                             "(repeatable or comma-separated); default: none (a class can preempt other "
+                             "teams' workloads in its cohort)")
     parser.add_argument("--pod-namespace-opt-in", action="store_true",
                         help="a namespace labelled pod-security.kubetune.dev/allow-<allowance>=true "
                              "allows that to its trial pods (the operator reads the namespace's labels)")

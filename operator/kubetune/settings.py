@@ -64,6 +64,7 @@ class OperatorSettings:
     pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
     pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
     pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
+    pod_priority_classes: frozenset[str] = frozenset()   # Kueue WorkloadPriorityClasses spec.priorityClass may name
     ingest_port: int = 8081
     ingest_url: str = ""
     leader_election: bool = False
@@ -149,6 +150,8 @@ def from_args(args: Any) -> OperatorSettings:
         pod_executor=bool(args.pod_executor),
         pod_allow=allow,
         pod_namespace_opt_in=bool(args.pod_namespace_opt_in),
+        pod_priority_classes=frozenset(name.strip() for item in getattr(args, "pod_priority_classes", []) or []
+                                       for name in item.split(",") if name.strip()),
         ingest_port=_port("ingest_port", args.ingest_port),
         ingest_url=args.ingest_url,
         leader_election=_checked("leader_election", args.leader_election, _flag_bool, lambda v: True,

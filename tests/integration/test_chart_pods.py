@@ -171,9 +171,38 @@ def refused_at_apply(core, custom, ns: str) -> None:
     try:
         wait_for(lambda: _created(custom, ns, host_path), timeout=30, interval=0.5,
                  message="the opted-in namespace's hostPath Experiment admitted")
+        # as the operator's finalizer would be (an update keeping the template: always admitted)
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "hostpath",
+                                              {"metadata": {"finalizers": ["kubetune.dev/finalizer"]}})
     finally:
         core.patch_namespace(ns, {"metadata": {"labels": {label: None}}})
+    # AUDIT N9: the allowance withdrawn, the Experiment is deleted: its finalizer's removal
+    # (an update the policy matched) must not be refused, or it stays Terminating for ever
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "hostpath")
+    wait_for(lambda: _finalizer_removed(custom, ns, "hostpath"), timeout=30, interval=0.5,
+             message="the finalizer of a no-longer-allowed Experiment removed")
+    wait_for(lambda: experiment_gone(custom, ns, "hostpath"), timeout=30, message="the Experiment gone")
+
+    # the template's metadata: Kueue's labels and an unconfined AppArmor annotation
+    for name, metadata, refused in (
+            ("kueuelabel", {"labels": {"kueue.x-k8s.io/priority-class": "cluster-critical"}}, "kueue.x-k8s.io/"),
+            ("apparmor", {"annotations": {"container.apparmor.security.beta.kubernetes.io/train": "unconfined"}},
+             "container.apparmor.security.beta.kubernetes.io/")):
+        body = pod_experiment(name, budget={"maxTrials": 1})
+        body["spec"]["trial"]["template"]["metadata"] = metadata
+        with pytest.raises(ApiException, match=refused):
+            create(custom, ns, body)
+
+
+def _finalizer_removed(custom, ns: str, name: str) -> bool:
+    try:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "experiments", name, {"metadata": {"finalizers": None}})
+        return True
+    except ApiException as error:
+        if error.status == 404:
+            return True
+        assert error.status == 403, error.body
+        return False
 
 
 def _created(custom, ns: str, body: dict) -> bool:

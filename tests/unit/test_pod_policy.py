@@ -36,10 +36,12 @@ ESCAPES = [
     (template(serviceAccountName="operator-admin"), "serviceAccount",
      "spec.trial.template.spec.serviceAccountName"),
     (template(nodeName="control-plane-0"), "nodeName", "spec.trial.template.spec.nodeName"),
+    ({**template(), "metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/train": "unconfined"}}},
+     "privileged", "spec.trial.template.metadata.annotations[container.apparmor.security.beta.kubernetes.io/train]"),
 ]
 
 
-@pytest.mark.parametrize("body, allowance, field", ESCAPES, ids=[e[2].rsplit(".", 1)[1] for e in ESCAPES])
+@pytest.mark.parametrize("body, allowance, field", ESCAPES, ids=[e[2].rsplit(".", 1)[1][:40] for e in ESCAPES])
 def test_each_escape_is_refused_naming_its_field_unless_allowed(body, allowance, field):
     [message] = pod_policy.violations(body)
     assert message.startswith(field + ":") and f"--pod-allow={allowance}" in message
@@ -90,3 +92,29 @@ def test_parameters_sharing_an_environment_variable_are_refused_defensively():
     with pytest.raises(pod_spec.PodSpecError, match="'a-b' and 'a_b' are both passed as KUBETUNE_PARAM_A_B"):
         pod_spec.render_pod({"spec": {"containers": [{"name": "a"}]}}, namespace="ns", experiment="e",
                             trial="e-0", trial_uid="u", attempt=0, params={"a-b": 1, "a_b": 2}, env={})
+
+
+def test_the_template_metadata_cannot_reach_kueue_nor_relax_apparmor():
+    """Labels and annotations of the template: Kueue's (priority class, queue, pod group)
+    are the operator's to set from spec.queue/spec.priorityClass, whatever is allowed; an
+    AppArmor annotation other than runtime/default or localhost/<profile> is privileged."""
+    for part in ("labels", "annotations"):
+        body = {**template(), "metadata": {part: {"kueue.x-k8s.io/priority-class": "cluster-critical"}}}
+        [message] = pod_policy.violations(body, set(pod_policy.ALLOWANCES))
+        assert message.startswith(f"spec.trial.template.metadata.{part}[kueue.x-k8s.io/priority-class]:")
+    for value in ("runtime/default", "localhost/trainer"):
+        body = {**template(), "metadata": {"annotations": {
+            "container.apparmor.security.beta.kubernetes.io/train": value}}}
+        assert pod_policy.violations(body) == []
+    body = {**template(), "metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/t": "x"}}}
+    assert len(pod_policy.violations(body)) == 1
+
+
+def test_only_the_priority_classes_the_operator_names_may_be_asked_for():
+    assert pod_policy.priority_class_violations(None, ()) == []
+    assert pod_policy.priority_class_violations("tuning-low", {"tuning-low"}) == []
+    [message] = pod_policy.priority_class_violations("cluster-critical", {"tuning-low", "tuning-high"})
+    assert message.startswith("spec.priorityClass:") and "tuning-high, tuning-low" in message
+    assert "--pod-priority-classes" in message
+    [message] = pod_policy.priority_class_violations("tuning-low", ())
+    assert "allowed: none" in message

@@ -408,7 +408,7 @@ class ExperimentController:
         pods = self.registry.pod_cluster
         if spec.executor != "pod" or pods is None:
             return ""
-        return "; ".join(await pods.policy_violations(self.namespace, spec.trial.template))
+        return "; ".join(await pods.policy_violations(self.namespace, spec.trial.template, spec.priority_class))
 
     async def _fail_invalid_spec(self, message: str, generation: int | None, *,
                                  reason: str = "InvalidSpec") -> None:

@@ -7,7 +7,8 @@ template is held to the Pod Security Standards "restricted" profile:
 - refused (``violations``), each unless the operator or the namespace allows its
   *allowance*: privileged containers and other ways out of the container
   (``privileged``: privileged, allowPrivilegeEscalation true, procMount Unmasked,
-  Windows hostProcess, SELinux user/role/type, AppArmor Unconfined), host namespaces
+  Windows hostProcess, SELinux user/role/type, AppArmor Unconfined in the field or
+  the annotation), host namespaces
   (``hostNamespaces``), hostPath volumes (``hostPath``), hostPorts (``hostPorts``),
   added capabilities beyond NET_BIND_SERVICE (``capabilities``), running as root
   (``runAsRoot``), an Unconfined seccomp profile (``seccompUnconfined``), sysctls
@@ -32,6 +33,8 @@ from typing import Any, Iterable, Mapping
 ALLOWANCES = ("privileged", "hostNamespaces", "hostPath", "hostPorts", "capabilities", "runAsRoot",
               "seccompUnconfined", "sysctls", "volumeTypes", "serviceAccount", "nodeName")
 NAMESPACE_LABEL_PREFIX = "pod-security.kubetune.dev/allow-"
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 TEMPLATE_PATH = "spec.trial.template.spec"
 
 # the volume types the "restricted" profile allows (hostPath has an allowance of its own)
@@ -82,8 +85,43 @@ def violations(template: Mapping[str, Any] | None, allowed: Iterable[str] = ()) 
                 if port.get("hostPort"):
                     found.append(("hostPorts", f"{where}.ports[{port_index}].hostPort", "a port of the node"))
             found += _context_violations(container.get("securityContext") or {}, f"{where}.securityContext")
-    return [f"{TEMPLATE_PATH}.{field}: {what} is refused for trial pods; {_how_to_allow(allowance)}"
-            for allowance, field, what in found if allowance not in allowed]
+    refused = [f"{TEMPLATE_PATH}.{field}: {what} is refused for trial pods; {_how_to_allow(allowance)}"
+               for allowance, field, what in found if allowance not in allowed]
+    return _metadata_violations((template or {}).get("metadata") or {}, allowed) + refused
+
+
+def _metadata_violations(meta: Mapping[str, Any], allowed: set[str]) -> list[str]:
+    """The template's labels and annotations: the fields pod security reads there (the
+    AppArmor annotation, which a runtime honours like the field), and Kueue's, which
+    would pick the trial's queue or priority past spec.queue and spec.priorityClass."""
+    found = []
+    for part in ("labels", "annotations"):
+        for key in (meta.get(part) or {}):
+            if str(key).startswith(KUEUE_PREFIX):
+                found.append(f"spec.trial.template.metadata.{part}[{key}]: Kueue's {part} are set by the operator "
+                             "from spec.queue and spec.priorityClass, never by the template")
+    if "privileged" not in allowed:
+        for key, value in (meta.get("annotations") or {}).items():
+            if str(key).startswith(APPARMOR_ANNOTATION) and not _restricted_apparmor(str(value)):
+                found.append(f"spec.trial.template.metadata.annotations[{key}]: AppArmor profile {value!r} is "
+                             f"refused for trial pods (allowed: runtime/default, localhost/<profile>); "
+                             f"{_how_to_allow('privileged')}")
+    return found
+
+
+def _restricted_apparmor(value: str) -> bool:
+    return value in ("", "runtime/default") or (value.startswith("localhost/") and len(value) > len("localhost/"))
+
+
+def priority_class_violations(name: str | None, allowed: Iterable[str]) -> list[str]:
+    """A Kueue WorkloadPriorityClass the operator does not allow (it can preempt other
+    teams' workloads in a cohort): each team gets only the classes the platform named."""
+    allowed = sorted(set(allowed))
+    if not name or name in allowed:
+        return []
+    return [f"spec.priorityClass: WorkloadPriorityClass {name!r} is not one this operator allows "
+            f"(allowed: {', '.join(allowed) or 'none'}); the operator's --pod-priority-classes "
+            "(chart value podExecutor.kueue.priorityClasses) names them"]
 
 
 def _context_violations(context: Mapping[str, Any], where: str, pod: bool = False) -> list[tuple[str, str, str]]:

@@ -70,8 +70,8 @@ class PodClusterHandle:
     async def refresh_capacity(self) -> None:
         """Nothing to track: the kube-scheduler places pods."""
 
-    async def policy_violations(self, namespace: str, template) -> list[str]:
-        return await asyncio.to_thread(self.executor.policy_violations, namespace, template)
+    async def policy_violations(self, namespace: str, template, priority_class: str | None = None) -> list[str]:
+        return await asyncio.to_thread(self.executor.policy_violations, namespace, template, priority_class)
 
 
 def default_ingest_url(port: int) -> str:
@@ -87,11 +87,12 @@ class PodSupport:
     """The ingest server plus the pod executor, started with the operator."""
 
     def __init__(self, *, port: int = DEFAULT_INGEST_PORT, url: str = "", host: str = "0.0.0.0",
-                 allow: frozenset[str] = frozenset(), namespace_opt_in: bool = False) -> None:
+                 allow: frozenset[str] = frozenset(), namespace_opt_in: bool = False,
+                 priority_classes: frozenset[str] = frozenset()) -> None:
         self.inbox = ResultInbox()
         self.server = IngestServer(self.inbox, host=host, port=port)
         self._url = url
-        self._policy = {"allow": allow, "namespace_opt_in": namespace_opt_in}
+        self._policy = {"allow": allow, "namespace_opt_in": namespace_opt_in, "priority_classes": priority_classes}
         self.handle: PodClusterHandle | None = None
 
     async def start(self) -> PodClusterHandle:

@@ -89,7 +89,7 @@ class PodExecutor:
 
     def __init__(self, inbox: ResultInbox, ingest_url: str, *, api_client: Any = None,
                  list_interval_s: float = 1.0, allow: frozenset[str] = frozenset(),
-                 namespace_opt_in: bool = False) -> None:
+                 namespace_opt_in: bool = False, priority_classes: frozenset[str] = frozenset()) -> None:
         self.address = "pod"
         self.inbox = inbox
         self.ingest_url = ingest_url.rstrip("/")
@@ -103,6 +103,7 @@ class PodExecutor:
         self._listings: dict[tuple[str, str], _Listing] = {}
         self.allow = frozenset(allow)                # pod_policy allowances the operator grants
         self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
+        self.priority_classes = frozenset(priority_classes)   # the WorkloadPriorityClasses Experiments may name
         self.log_follower = PodLogFollower(inbox, self.api)
 
     # ---------------------------------------------------------------- connection
@@ -127,7 +128,7 @@ class PodExecutor:
         template = req.pod_template
         if not template:
             raise ExecutorError("spec.trial.template: required for the pod executor (a PodTemplateSpec)")
-        refused = self.policy_violations(namespace, template)
+        refused = self.policy_violations(namespace, template, req.priority_class)
         if refused:     # the controller refused the spec already; this holds whatever calls start
             raise ExecutorError("; ".join(refused))
         self.connect()
@@ -177,12 +178,15 @@ class PodExecutor:
         self._check_owned(existing["metadata"], trial, uid, "Secret")
         return _decode_token(existing)
 
-    def policy_violations(self, namespace: str, template: Mapping[str, Any] | None) -> list[str]:
-        """What ``template`` asks for beyond the operator's and the namespace's allowances."""
+    def policy_violations(self, namespace: str, template: Mapping[str, Any] | None,
+                          priority_class: str | None = None) -> list[str]:
+        """What ``template`` (and ``priority_class``) ask for beyond the operator's and the
+        namespace's allowances."""
         allowed = set(self.allow)
         if self.namespace_opt_in and pod_policy.violations(template, allowed):
             allowed |= pod_policy.namespace_allowances(self._labels_of(namespace))
-        return pod_policy.violations(template, allowed)
+        return pod_policy.violations(template, allowed) + \
+            pod_policy.priority_class_violations(priority_class, self.priority_classes)
 
     def _labels_of(self, namespace: str) -> dict[str, str]:
         """Read only for a template that asks for more than the operator allows, when it

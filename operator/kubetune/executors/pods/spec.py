@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from kubetune.core import admission
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
-from kubetune.spec.pod_policy import restricted_defaults
+from kubetune.spec.pod_policy import KUEUE_PREFIX, restricted_defaults
 
 LABEL_EXPERIMENT = "kubetune.dev/experiment"
 LABEL_TRIAL = "kubetune.dev/trial"
@@ -189,14 +189,18 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
         shaped = container_resources(resources)
         if shaped:
             main["resources"] = shaped
-    pod_labels = {**(meta.get("labels") or {}), **labels(experiment, trial), LABEL_ATTEMPT: str(attempt)}
+    # Kueue's labels are set from spec.queue/spec.priorityClass only (pod_policy refuses them
+    # in a template; dropped here too, whoever calls)
+    pod_labels = {**{k: v for k, v in (meta.get("labels") or {}).items() if not str(k).startswith(KUEUE_PREFIX)},
+                  **labels(experiment, trial), LABEL_ATTEMPT: str(attempt)}
     # Kueue's Pod integration: its webhook gates a pod that names a LocalQueue until the
     # workload is admitted (core/admission.py)
     if queue:
         pod_labels[admission.QUEUE_LABEL] = queue
     if priority_class:
         pod_labels[admission.PRIORITY_CLASS_LABEL] = priority_class
-    annotations = {**(meta.get("annotations") or {}), ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"}
+    annotations = {**{k: v for k, v in (meta.get("annotations") or {}).items() if not str(k).startswith(KUEUE_PREFIX)},
+                   ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"}
     if metrics_collector != "push":   # recorded on the pod: an operator restarted later reads it the same way
         annotations[ANNOTATION_METRICS_COLLECTOR] = metrics_collector
     return {
