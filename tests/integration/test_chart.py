@@ -421,6 +421,26 @@ def run_experiment_through(operator: ChartOperator, admin_client, sa_client, nam
              message="the Experiment's finalizer to be removed by the operator")
 
 
+def applied_again_after_an_orphaning_delete(admin, namespace: str) -> None:
+    """AUDIT N10: `kubectl delete experiment e --cascade=orphan`, then apply e again: its
+    Trial e-0 is left without an owner, and only the operator can remove it (the
+    garbage collector never will); the new Experiment runs once it has."""
+    body = experiment("orphan", budget={"maxTrials": 1}, trial={"config": {"iterations": 1}})
+    create(admin, namespace, body)
+    wait_for_condition(admin, GROUP, VERSION, namespace, "experiments", "orphan", "Succeeded", timeout=90)
+    old = trials(admin, namespace, "orphan")[0]["metadata"]["uid"]
+    admin.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "orphan",
+                                          body={"propagationPolicy": "Orphan"})
+    wait_for(lambda: experiment_gone(admin, namespace, "orphan"), timeout=30, message="the orphaning delete")
+    create(admin, namespace, body)
+    done = wait_for_condition(admin, GROUP, VERSION, namespace, "experiments", "orphan", "Succeeded", timeout=90)
+    [trial] = trials(admin, namespace, "orphan")
+    assert trial["metadata"]["uid"] != old and trial["metadata"]["ownerReferences"][0]["uid"] == \
+        done["metadata"]["uid"]
+    admin.delete_namespaced_custom_object(GROUP, VERSION, namespace, "experiments", "orphan")
+    wait_for(lambda: experiment_gone(admin, namespace, "orphan"), timeout=30, message="the Experiment deleted")
+
+
 def test_operator_runs_an_experiment_with_only_the_chart_permissions(
         helm, kube_cluster, ray_local, namespace, home_namespace, tmp_path):
     """watchNamespaces: [<ns>] -> a Role in <ns> bound to the account in the chart's own
@@ -440,6 +460,7 @@ def test_operator_runs_an_experiment_with_only_the_chart_permissions(
         with config.new_client_from_config(config_file=str(operator.kubeconfig)) as sa_client, \
                 operator.running([namespace]):
             run_experiment_through(operator, admin_client, sa_client, namespace)
+            applied_again_after_an_orphaning_delete(client.CustomObjectsApi(admin_client), namespace)
             sa_core, sa_custom = client.CoreV1Api(sa_client), client.CustomObjectsApi(sa_client)
             assert_forbidden(
                 operator.username,
@@ -447,7 +468,6 @@ def test_operator_runs_an_experiment_with_only_the_chart_permissions(
                 lambda: sa_core.read_namespaced_secret("anything", namespace),
                 lambda: sa_custom.list_namespaced_custom_object(GROUP, VERSION, home_namespace, "experiments"),
                 lambda: sa_custom.list_cluster_custom_object(GROUP, VERSION, "experiments"),
-                lambda: sa_custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trials", "rbac-0"),
                 lambda: sa_core.list_namespace())
             operator.assert_no_permission_problem()
 

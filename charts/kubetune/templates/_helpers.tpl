@@ -44,7 +44,9 @@ which runs a whole Experiment with exactly these permissions):
   with settings.scanning.disabled it reads no CRDs and no Namespaces, and standalone
   it needs no peering resources;
 - the controller writes Experiment status, creates Trials (get: an earlier attempt
-  created it already), lists them to resume after a restart, writes their status;
+  created it already), lists them to resume after a restart, writes their status,
+  and deletes a same-named Trial an earlier Experiment left behind (deleted with
+  --cascade=orphan: nothing else ever removes it, k8s/store.py);
 - Events on Experiments (core/v1 Events, create);
 - with podExecutor.enabled, kubetune.podExecutorRules below.
 experiments/finalizers update: the API server's OwnerReferencesPermissionEnforcement
@@ -63,7 +65,7 @@ ownerReference has blockOwnerDeletion.
   verbs: [update]
 - apiGroups: [kubetune.dev]
   resources: [trials]
-  verbs: [get, list, create]
+  verbs: [get, list, create, delete]
 - apiGroups: [kubetune.dev]
   resources: [trials/status]
   verbs: [patch]
