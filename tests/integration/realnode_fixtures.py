@@ -135,7 +135,7 @@ def release(real_cluster, operator_image):
     real_cluster.helm("install", RELEASE, str(REPO / "charts" / "kubetune"), "--namespace", HOME,
                       "--create-namespace", "--set", f"image.repository={repository}",
                       "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-                      "--set", "podExecutor.enabled=true")
+                      "--set", "podExecutor.enabled=true", "--set", "podExecutor.clusterWide=true")
     with real_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         try:

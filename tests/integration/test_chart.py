@@ -211,11 +211,12 @@ def test_template_kueue_grants_only_reading_workloads_and_localqueues(helm, tmp_
     def rules(values: dict) -> list[dict]:
         return by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))["ClusterRole"][0]["rules"]
 
-    kueue = [r for r in rules({"podExecutor": {"enabled": True, "kueue": {"enabled": True}}})
+    kueue = [r for r in rules({"podExecutor": {"enabled": True, "clusterWide": True, "kueue": {"enabled": True}}})
              if "kueue.x-k8s.io" in r["apiGroups"]]
     assert kueue == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
                       "verbs": ["get", "list", "watch"]}]
-    assert not any("kueue.x-k8s.io" in r["apiGroups"] for r in rules({"podExecutor": {"enabled": True}}))
+    assert not any("kueue.x-k8s.io" in r["apiGroups"]
+                   for r in rules({"podExecutor": {"enabled": True, "clusterWide": True}}))
 
 
 def operator_container(kinds: dict[str, list[dict]]) -> dict:

@@ -14,7 +14,8 @@ from kubernetes.client.rest import ApiException
 
 from k8s_helpers import GROUP, VERSION, create, experiment_gone, trials, wait_condition
 from kube_fixtures import temporary_namespace, wait_for
-from test_chart import ChartOperator, assert_forbidden, by_kind, helm, render  # noqa: F401 (helm: fixture)
+from test_chart import (CHART, ChartOperator, assert_forbidden, by_kind, helm,  # noqa: F401 (helm: fixture)
+                        render, run_helm)
 from test_pods import Container, pod_experiment, pods_of
 
 pytestmark = pytest.mark.integration
@@ -55,8 +56,35 @@ def test_pod_executor_is_off_by_default(helm, tmp_path):
         assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
 
 
+def test_pod_executor_rights_are_cluster_wide_only_when_asked_for(helm, tmp_path):
+    """Least privilege by default: with every namespace served, the pod executor's rights
+    to Pods and Secrets would be cluster-wide; the chart refuses that unless clusterWide."""
+    values = tmp_path / "values.yaml"
+    values.write_text("podExecutor: {enabled: true}\n")
+    result = run_helm(helm, "template", "kt", str(CHART), "--namespace", "kubetune-system", "-f", str(values))
+    assert result.returncode != 0 and "podExecutor.clusterWide=true" in result.stderr
+    assert "watchNamespaces" in result.stderr
+
+
+def test_the_ingest_is_reachable_from_trial_pods_only(helm, tmp_path):
+    values = {"watchNamespaces": ["team-a"], "podExecutor": {"enabled": True, "ingestPort": 9091}}
+    [policy] = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))["NetworkPolicy"]
+    ingest, rest = policy["spec"]["ingress"]
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "kt"
+    assert ingest["ports"] == [{"protocol": "TCP", "port": 9091}]
+    [source] = ingest["from"]
+    assert source["podSelector"] == {"matchExpressions": [{"key": "kubetune.dev/experiment", "operator": "Exists"}]}
+    assert source["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a"]
+    # every other port stays open (metrics, health, a Ray driver's callbacks)
+    assert "from" not in rest and {"protocol": "TCP", "port": 1, "endPort": 9090} in rest["ports"]
+    assert {"protocol": "TCP", "port": 9092, "endPort": 65535} in rest["ports"]
+    values["podExecutor"]["ingestNetworkPolicy"] = {"enabled": False}
+    assert "NetworkPolicy" not in by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
+
+
 def test_pod_executor_cluster_wide_adds_its_rules_service_and_wiring(helm, tmp_path):
-    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", {"podExecutor": {"enabled": True}}))
+    kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system",
+                           {"podExecutor": {"enabled": True, "clusterWide": True}}))
     [role] = kinds["ClusterRole"]
     assert role["rules"][-len(POD_RULES):] == POD_RULES
     assert [r["metadata"]["name"] for r in kinds["Role"]] == ["kt-kubetune-leader"]    # the Lease only
@@ -100,8 +128,8 @@ def test_pod_executor_with_a_namespace_list_uses_roles_only(helm, tmp_path):
 
 
 def test_pod_security_allowances_reach_the_operator_and_the_admission_policy(helm, tmp_path):
-    values = {"podExecutor": {"enabled": True, "podSecurity": {"allow": ["hostPath", "nodeName"],
-                                                               "namespaceOptIn": False}}}
+    values = {"podExecutor": {"enabled": True, "clusterWide": True,
+                              "podSecurity": {"allow": ["hostPath", "nodeName"], "namespaceOptIn": False}}}
     kinds = by_kind(render(helm, tmp_path, "kt", "kubetune-system", values))
     args = operator_container(kinds)["args"]
     assert "--pod-allow=hostPath" in args and "--pod-allow=nodeName" in args
