@@ -45,7 +45,8 @@ class Flood:
 async def _post(port: int, namespace: str, trial: str, token: str) -> bool:
     body = b'{"seq": 0, "iteration": 1, "metrics": {"loss": 0}}'
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # from an address of its own, as another pod would be (the ingest limits connections per client)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
         writer.write(f"POST /v1/results/{namespace}/{trial} HTTP/1.1\r\nHost: x\r\n"
                      f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
                      "Connection: close\r\n\r\n".encode() + body)

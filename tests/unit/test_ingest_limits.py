@@ -133,3 +133,18 @@ def test_oversized_headers_are_refused():
         assert raw.startswith(b"HTTP/1.1 431")
         writer.close()
     serve(test)
+
+
+def test_one_client_holding_idle_connections_cannot_lock_out_the_others():
+    """AUDIT N6: one pod opening idle connections (a slow-loris) holds its own few slots,
+    never the ones another trial's pod posts through (a pod is one source address; the
+    flood comes from 127.0.0.2 here, the real trial from 127.0.0.1)."""
+    async def test(server, inbox):
+        flood = [await asyncio.open_connection("127.0.0.1", server.port, local_addr=("127.0.0.2", 0))
+                 for _ in range(30)]
+        status, answer, _ = await post(server.port, "/v1/results/ns/exp-0", json.dumps(result(0)).encode())
+        assert (status, answer) == (200, {"accepted": True})
+        assert server._http.refused == 30 - 4    # beyond its share of 4: closed unanswered at once
+        for _, writer in flood:
+            writer.close()
+    serve(test, max_connections=20, max_per_client=4, header_timeout_s=30)

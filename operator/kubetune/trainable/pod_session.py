@@ -10,8 +10,9 @@ process POSTs each result to the operator::
     Authorization: Bearer $KUBETUNE_TRIAL_TOKEN
     {"seq": 7, "iteration": 3, "metrics": {...}, "checkpoint": "...", "attempt": 0, "timestamp": ...}
 
-A network error or a 5xx answer is retried with the same seq (the operator records a
-seq once) for up to ``KUBETUNE_REPORT_TIMEOUT`` seconds (default 300); then report()
+A network error, a 429 or a 5xx answer is retried with the same seq (the operator
+records a seq once), never sooner than the operator's Retry-After and with jittered
+backoff, for up to ``KUBETUNE_REPORT_TIMEOUT`` seconds (default 900); then report()
 raises.  When the operator answers that the trial was stopped (or this attempt was
 replaced), report() raises ``TrialStopped``.  HTTP goes through the standard library:
 the trial's image needs no HTTP client package.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -36,7 +38,23 @@ from kubetune.trainable import api
 from kubetune.spec.results import RESULT_PREFIX, Result, check_metrics
 from kubetune.trainable.function_runner import _plain
 
-DEFAULT_REPORT_TIMEOUT_S = 300.0
+# how long report() keeps trying one result before the trial fails: past an operator
+# failover and restore (minutes), and as long as a Ray trial outlives its operator
+# (--trial-lease-seconds); KUBETUNE_REPORT_TIMEOUT overrides it
+DEFAULT_REPORT_TIMEOUT_S = 900.0
+MAX_BACKOFF_S = 10.0
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds of a Retry-After header (delay-seconds form), capped; None if absent or not a number."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if seconds is None or not 0 <= seconds < float("inf"):
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
 
 
 class ReportError(RuntimeError):
@@ -115,8 +133,9 @@ class PodSession:
             return
         data = json.dumps(body).encode()
         deadline = time.monotonic() + self._timeout_s
-        delay, last = 0.2, ""
+        backoff, last = 0.2, ""
         while True:
+            wait = None   # the operator's Retry-After, when it said
             request = urllib.request.Request(self.endpoint, data=data, method="POST", headers={
                 "Content-Type": "application/json", "Authorization": f"Bearer {self.token}"})
             try:
@@ -131,13 +150,17 @@ class PodSession:
                     raise ReportError(f"the operator refused result seq {body['seq']}: "
                                       f"HTTP {error.code}: {text}") from None
                 last = f"HTTP {error.code}: {text}"
+                wait = retry_after(error.headers.get("Retry-After") if error.headers else None)
             except OSError as error:     # connection refused/reset, timeout, DNS
                 last = f"{type(error).__name__}: {error}"
+            # full jitter: the pods of an Experiment that lost the operator together do not
+            # come back in step; never sooner than the operator asked
+            delay = max(wait or 0.0, random.uniform(0.5 * backoff, backoff))
             if time.monotonic() + delay > deadline:
                 raise ReportError(f"could not deliver result seq {body['seq']} to {self.endpoint} "
                                   f"within {self._timeout_s:.0f}s; last error: {last}")
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
     def _print(self, body: dict[str, Any]) -> None:

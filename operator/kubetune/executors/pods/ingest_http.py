@@ -11,7 +11,11 @@ request (``Connection: close``) and:
 - its body must be announced by ``Content-Length`` (no chunked encoding: 411),
   be at most ``max_body_bytes`` (413, not read) and arrive within
   ``body_timeout_s`` once the headers are in (408, closed);
-- at most ``max_connections`` are open at once: one more is closed unanswered.
+- at most ``max_connections`` are open at once, and at most ``max_per_client``
+  from one source address (a pod has one): one more is closed unanswered.  So a
+  pod flooding the endpoint with idle connections holds a few slots, never the
+  ones other trials' pods post through; each of its connections still ends
+  within the header timeout.
 
 ``handler(method, path, headers, read_body)`` decides: it sees the headers first, so
 it can refuse (e.g. a bad token) before a byte of the body is read; ``read_body()``
@@ -32,6 +36,7 @@ MAX_HEADER_BYTES = 16 << 10
 HEADER_TIMEOUT_S = 5.0
 BODY_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 256
+MAX_PER_CLIENT = 16       # a pod posts one result at a time (trainable/pod_session.py); 16 is ample
 
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 409: "Conflict", 410: "Gone", 411: "Length Required",
@@ -51,14 +56,17 @@ class HttpError(Exception):
 class BoundedHttpServer:
     def __init__(self, handler: Handler, *, host: str, port: int, max_body_bytes: int,
                  header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, max_per_client: int = MAX_PER_CLIENT) -> None:
         self._handler = handler
         self.host, self.port = host, port
         self.max_body_bytes = max_body_bytes
         self.header_timeout_s = header_timeout_s
         self.body_timeout_s = body_timeout_s
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
         self._open = 0                      # connections held now (touched by the server's thread only)
+        self._by_client: dict[str, int] = {}   # source address -> its connections held now
+        self.refused = 0                    # connections closed unanswered for a limit
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -102,10 +110,14 @@ class BoundedHttpServer:
             self._loop = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= self.max_connections:
+        peer = writer.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        if self._open >= self.max_connections or self._by_client.get(client, 0) >= self.max_per_client:
+            self.refused += 1
             writer.transport.abort()
             return
         self._open += 1
+        self._by_client[client] = self._by_client.get(client, 0) + 1
         try:
             await self._one_request(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -116,6 +128,9 @@ class BoundedHttpServer:
             log.exception("ingest request failed")
         finally:
             self._open -= 1
+            self._by_client[client] -= 1
+            if not self._by_client[client]:
+                del self._by_client[client]
             writer.close()
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
