@@ -62,3 +62,54 @@ def test_object_storage_locations_must_keep_the_scheme_bucket_and_prefix(reporte
     else:
         with pytest.raises(CheckpointOutsideStorage):
             confine(reported, "s3://bucket/kt", "ns/exp")
+
+
+def test_a_checkpoint_swapped_for_a_symlink_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """AUDIT N12: the pod flips its checkpoint directory to a symlink (to the operator's
+    token directory) between ``confine``'s check and the copy.  The copy walks from the
+    storage root with descriptors, following no link: it refuses, and copies nothing."""
+    from kubetune.checkpoints import storage as checkpoint_storage
+    storage = tmp_path / "store"
+    donor = stored(storage, "ns/exp/exp-0/checkpoint-000002")
+    secrets = tmp_path / "serviceaccount"
+    secrets.mkdir()
+    (secrets / "token").write_text("operator-token")
+    checked = checkpoint_storage.confine
+
+    def confine_then_swap(location, storage_, prefix):
+        real = checked(location, storage_, prefix)     # the check passes on the real directory...
+        os.rename(donor, donor + ".old")                # ...then the pod swaps it for a link
+        os.symlink(secrets, donor)
+        return real
+    monkeypatch.setattr(checkpoint_storage, "confine", confine_then_swap)
+    with pytest.raises(CheckpointOutsideStorage, match="symbolic link"):
+        clone_checkpoint(donor, str(storage), "ns/exp/exp-3", 2)
+    copied = [p for p in (storage / "ns/exp/exp-3").rglob("*") if p.is_file()]
+    assert copied == []
+
+
+def test_links_and_special_files_inside_a_checkpoint_are_refused(tmp_path):
+    storage = tmp_path / "store"
+    donor = stored(storage, "ns/exp/exp-0/checkpoint-000002")
+    (tmp_path / "token").write_text("operator-token")
+    os.symlink(tmp_path / "token", os.path.join(donor, "model.bin"))
+    with pytest.raises(CheckpointOutsideStorage, match="model.bin is a symbolic link"):
+        clone_checkpoint(donor, str(storage), "ns/exp/exp-3", 2)
+    os.unlink(os.path.join(donor, "model.bin"))
+    os.mkfifo(os.path.join(donor, "pipe"))             # would block a plain copy for ever
+    with pytest.raises(CheckpointOutsideStorage, match="neither a regular file nor a directory"):
+        clone_checkpoint(donor, str(storage), "ns/exp/exp-3", 2)
+    assert not [p for p in (storage / "ns/exp/exp-3").iterdir()]
+
+
+def test_a_parent_directory_swapped_for_a_link_does_not_redirect_the_copy(tmp_path):
+    """The Experiment's own directory replaced by a link to another team's: the copy's
+    destination and source are walked from the storage root, so neither leaves it."""
+    storage = tmp_path / "store"
+    donor = stored(storage, "ns/exp/exp-0/checkpoint-000002")
+    elsewhere = tmp_path / "team-b"
+    os.rename(storage / "ns" / "exp", elsewhere)
+    os.symlink(elsewhere, storage / "ns" / "exp")
+    with pytest.raises(CheckpointOutsideStorage):
+        clone_checkpoint(donor, str(storage), "ns/exp/exp-3", 2)
+    assert not (elsewhere / "exp-3").exists()

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from kubetune.checkpoints import confined
+
 log = logging.getLogger(__name__)
 
 META_FILE = ".kubetune_checkpoint.json"
@@ -266,7 +268,7 @@ def confine(location: str, storage: str, prefix: str) -> str:
     real = os.path.realpath(path)
     if os.path.commonpath([root, real]) != root or real == root:
         raise refuse("its real path leaves the prefix")
-    return real   # copy from the resolved path: a symlink swapped in later is not followed to the top
+    return real   # copied through descriptors (clone_checkpoint): a symlink swapped in later is not followed
 
 
 CLONE_PREFIX = "exploit-"
@@ -306,16 +308,30 @@ def clone_checkpoint(location: str, storage: str, trial_key: str, iteration: int
         except Exception as exc:  # fsspec backends raise many types
             raise CheckpointError(f"cannot copy checkpoint {location} to {final}: {exc}") from exc
         return final
-    source = _strip_file_scheme(location)
-    if not os.path.isdir(source):
-        raise CheckpointError(f"checkpoint {location!r} does not exist")
-    os.makedirs(trial_dir, exist_ok=True)
-    tmp = os.path.join(trial_dir, tmp_name)
-    _copy_into_place(source, tmp, final, failure=f"cannot copy checkpoint {location} to {final}")
-    for entry in os.listdir(trial_dir):
-        if entry != name and entry.startswith((CLONE_PREFIX, _CLONE_TMP_PREFIX)):
-            shutil.rmtree(os.path.join(trial_dir, entry), ignore_errors=True)
+    _clone_on_filesystem(location, storage, trial_key, name, tmp_name)
     return os.path.abspath(final)
+
+
+def _clone_on_filesystem(location: str, storage: str, trial_key: str, name: str, tmp_name: str) -> None:
+    """The copy of ``clone_checkpoint`` on a filesystem the trials' pods share: from the
+    storage root down, through directory descriptors, following no link (confined.py),
+    so nothing swapped in after ``confine`` checked the path is read or written."""
+    root = os.path.realpath(_strip_file_scheme(storage))
+    relative = os.path.relpath(_strip_file_scheme(location), root)
+    prefix = "/".join(trial_key.split("/")[:2])
+    if not relative.startswith(prefix + "/"):
+        raise CheckpointOutsideStorage(f"checkpoint {location[:300]!r} is outside this Experiment's storage "
+                                       f"{_join(storage, prefix)}/; the operator copies nothing from there")
+    try:
+        confined.clone(root, relative, trial_key, name, tmp_name, stale=(CLONE_PREFIX, _CLONE_TMP_PREFIX))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {location!r} does not exist") from None
+    except confined.UnsafeEntry as error:
+        raise CheckpointOutsideStorage(f"checkpoint {location[:300]!r} not copied: {error}; the operator "
+                                       "follows no symbolic link in a trial's storage") from None
+    except OSError as error:
+        raise CheckpointError(f"cannot copy checkpoint {location} to {_join(storage, trial_key, name)}: "
+                              f"{error}") from error
 
 
 def delete_trial_checkpoints(storage: str, trial_key: str) -> None:
@@ -327,8 +343,18 @@ def delete_trial_checkpoints(storage: str, trial_key: str) -> None:
             fs.rm(path, recursive=True)
         except FileNotFoundError:
             pass
-    else:
-        shutil.rmtree(trial_dir, ignore_errors=True)
+    else:   # through descriptors: a directory above the trial's swapped for a link is not followed
+        parent, _, trial = trial_key.rpartition("/")
+        try:
+            fd = confined.open_below(os.path.realpath(_strip_file_scheme(storage)), parent)
+        except OSError:     # gone already, or a link: nothing of this trial to remove there
+            return
+        try:
+            confined.remove(fd, trial)
+        except OSError as error:
+            log.warning("cannot delete the checkpoints of %s: %s", trial_key, error)
+        finally:
+            os.close(fd)
 
 
 def clone_checkpoint_or_newer(source: str, storage: str, trial_key: str, iteration: int | None) -> str:
