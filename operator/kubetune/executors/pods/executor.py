@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -73,6 +74,8 @@ from kubetune.spec.trial_key import TrialKey
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+# a Kueue whose Workloads lack the job-uid label: their whole namespace, this seldom
+KUEUE_FULL_LIST_INTERVAL_S = 30.0
 
 
 @dataclass
@@ -101,6 +104,7 @@ class PodExecutor:
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
         self._queues: dict[str, str | None] = {}     # trial key -> the Kueue LocalQueue it was started in
         self._listings: dict[tuple[str, str], _Listing] = {}
+        self._full_workload_lists: dict[str, float] = {}   # namespace -> when all its Workloads were last listed
         self.allow = frozenset(allow)                # pod_policy allowances the operator grants
         self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
         self.priority_classes = frozenset(priority_classes)   # the WorkloadPriorityClasses Experiments may name
@@ -365,14 +369,27 @@ class PodExecutor:
         uids = {pod["metadata"].get("uid") for pod in gated}
         queues = {(pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL) for pod in gated} - {None}
         try:
-            workloads = {admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
+            workloads = {admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace, uids)
                          if admission.workload_owner(w) in uids}
+            if uids - set(workloads) and self._full_workload_list_due(namespace):
+                # a Kueue that does not label its Workloads (or not yet): the namespace's, paginated,
+                # at most every KUEUE_FULL_LIST_INTERVAL_S
+                workloads.update({admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
+                                  if admission.workload_owner(w) in uids})
             local_queues = {name: found for name in queues
                             if (found := self.kueue.local_queue(namespace, name)) is not None}
         except Exception as error:  # noqa: BLE001 - see above
             log.warning("reading Kueue's Workloads and LocalQueues in %s failed: %s", namespace, error)
             return {}, {}
         return workloads, local_queues
+
+    def _full_workload_list_due(self, namespace: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._full_workload_lists.get(namespace, -math.inf) < KUEUE_FULL_LIST_INTERVAL_S:
+                return False
+            self._full_workload_lists[namespace] = now
+            return True
 
     def _kueue_stop_message(self, key: str, pod_name: str) -> str | None:
         """Why Kueue stopped ``pod_name``, from its event; None if Kueue did not.  Read when a
