@@ -91,3 +91,15 @@ def test_the_command_prints_the_experiment_and_exits_2_naming_refusals(tmp_path)
                           str(SCRIPTS / "unmappable.py")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert "unmappable.py:23: MyScheduler: no kubetune scheduler matches it" in bad.stderr
+
+
+def test_a_script_that_fails_before_its_tuner_says_why(tmp_path):
+    from kubetune.convert.raytune_capture import NoTuner
+    script = tmp_path / "broken.py"
+    script.write_text("import no_such_module_here\n")
+    with pytest.raises(NoTuner, match="raised ModuleNotFoundError: No module named 'no_such_module_here' "
+                                      "before it created a Tuner"):
+        capture(str(script), [])
+    script.write_text("print('no tuner')\n")
+    with pytest.raises(NoTuner, match="ended without creating a ray.tune.Tuner"):
+        capture(str(script), [])

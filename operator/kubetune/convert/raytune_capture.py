@@ -67,6 +67,15 @@ def capture(script: str, args: list[str]) -> Captured:
             namespace.update(runpy.run_path(script, run_name="__main__"))
         except _Captured:
             pass
+        except SystemExit as exit_:     # argparse refusing the arguments, or the script's own exit
+            if not found:
+                raise NoTuner(f"{script} exited ({exit_.code}) before it created a Tuner; check the "
+                              "arguments after `--`") from None
+        except Exception as error:
+            if not found:
+                raise NoTuner(f"{script} raised {type(error).__name__}: {error} before it created a "
+                              "Tuner (converting runs the script up to the Tuner, so its imports must be "
+                              "installed here)") from error
         finally:
             sys.argv = argv
             if sys.path and sys.path[0] == os.path.dirname(script) and path0 != sys.path[0]:
