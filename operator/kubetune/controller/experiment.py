@@ -293,7 +293,9 @@ class ExperimentController:
     async def _take_spec(self, body: Mapping[str, Any], generation: int | None) -> None:
         now = self._clock()
         try:
-            spec = parse_experiment(body.get("spec") or {})
+            # off the event loop: a spec is bounded (spec/parse.py), yet every Experiment's
+            # writes and the Lease wait for nothing one tenant sends (issue 25)
+            spec = await asyncio.to_thread(parse_experiment, body.get("spec") or {})
             scheduler_class(spec)    # the scheduler's own checks: its name, what it needs
         except SpecError as error:
             self._generation = generation

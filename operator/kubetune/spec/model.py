@@ -72,6 +72,22 @@ class Param:
             return int((self.high - self.low) / self.q + 1e-9) + 1
         return None
 
+    def contains(self, value: Any) -> bool:
+        """Is ``value`` one this parameter can take?  O(1): nothing is materialised (a
+        ``randint: [0, 2147483647]`` as a list is tens of GiB)."""
+        if self.kind == "choice":
+            return any(type(c) is type(value) and c == value for c in self.choices)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.kind == "randint":
+            return float(value).is_integer() and self.low <= value < self.high
+        if not self.low <= value <= self.high:
+            return False
+        if self.kind == "quniform":
+            return self.nearest_grid_value(value) == value or \
+                abs(self.nearest_grid_value(value) - value) <= 1e-9 * max(abs(self.q), 1.0)
+        return True
+
     def grid_value(self, index: int) -> Any:
         """The ``index``-th of ``grid_values()``, computed: 0 <= index < grid_size()."""
         if self.kind == "choice":

@@ -125,15 +125,16 @@ def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, A
                 raise SpecError(f"{where}.{name}", "missing: an initial point gives every searchSpace parameter")
             value = point[name]
             if param.kind == "choice":
-                if not any(type(c) is type(value) and c == value for c in param.choices):
-                    raise SpecError(f"{where}.{name}", f"{value!r} is not one of {list(param.choices)}")
+                if not param.contains(value):
+                    raise SpecError(f"{where}.{name}", f"{repr(value)[:100]} is not one of "
+                                                       f"{list(param.choices)[:10]}{' ...' if len(param.choices) > 10 else ''}")
                 continue
-            grid = param.grid_values()
-            if not _is_number(value) or (grid is not None and value not in grid) or \
-                    (grid is None and not param.low <= value <= param.high):
-                allowed = f"one of {grid[:10]}{' ...' if len(grid) > 10 else ''}" if grid is not None \
-                    else f"in [{param.low:g}, {param.high:g}]"
-                raise SpecError(f"{where}.{name}", f"{value!r} is outside the search space: use a value {allowed}")
+            if not _is_number(value) or not param.contains(value):
+                allowed = {"randint": f"an integer in [{param.low}, {param.high})",
+                           "quniform": f"a multiple of {param.q} from {param.low} to {param.high}"}.get(
+                    param.kind, f"in [{param.low:g}, {param.high:g}]")
+                raise SpecError(f"{where}.{name}", f"{repr(value)[:100]} is outside the search space: "
+                                                   f"use {allowed}")
         points.append(dict(point))
     return tuple(points)
 

@@ -22,6 +22,14 @@ from kubetune.spec.quantities import parse_duration, parse_memory
 MAX_GRID_POINTS = 100_000
 MAX_SEED = 2**32 - 1                # what Optuna's samplers (numpy) accept
 MAX_CHOICE_TEXT = 256               # characters of one string choice (the CRD's maxLength)
+MAX_CHOICES = 256                   # values of one choice (the CRD's maxItems)
+# randint/quniform bounds and step counts: integers a float still holds exactly, so a
+# range is computed on, never listed (Param.contains, grid_value), whatever its size
+MAX_RANGE = 2 ** 53
+# what one operator holds per Experiment: trials in flight (each a Trial object, an actor
+# or pod, a ledger entry: see tests/integration/test_tenants.py) and trials in all
+MAX_PARALLELISM = 1000
+MAX_TRIALS = 100_000
 # The CRD bounds each part of a search space (64 names, 256 choices each) but cannot see
 # the total: choice values are untyped, and CRD rules do not reach them. A search space
 # is refused above this size (search_space_size): at apply by the chart's
@@ -170,8 +178,11 @@ def _param(name: str, raw: Any) -> Param:
         if isinstance(values, list) and len(values) == 3 and _is_number(values[2]) and values[2] <= 0:
             raise SpecError(path, f"q (the step) must be > 0 (got {values[2]})")
         low, high, q = _bounds(values, path, kind, 3, "[low, high, q]")
+        _within_range(path, low, high)
         if q > high - low:
             raise SpecError(path, f"q (the step) must be <= high - low (got q={q}, high - low={high - low})")
+        if (high - low) / q > MAX_RANGE:
+            raise SpecError(path, f"has {(high - low) / q:.3g} steps of q (at most 2^53); use a larger q or uniform")
         if all(isinstance(v, int) for v in (low, high, q)):
             return Param(kind, low=low, high=high, q=q)
         return Param(kind, low=float(low), high=float(high), q=float(q))
@@ -179,10 +190,14 @@ def _param(name: str, raw: Any) -> Param:
         low, high = _bounds(values, path, kind, 2, "[low, high) with high exclusive")
         if not all(isinstance(v, int) or float(v).is_integer() for v in (low, high)):
             raise SpecError(path, f"bounds must be integers (got {values})")
+        _within_range(path, low, high)
         return Param(kind, low=int(low), high=int(high))
     # choice
     if not isinstance(values, list) or not values:
         raise SpecError(path, "expected a non-empty list of values, e.g. [32, 64, 128]")
+    if len(values) > MAX_CHOICES:
+        raise SpecError(path, f"has {len(values)} values (at most {MAX_CHOICES}); sample from a range "
+                              "(randint, quniform, uniform) instead")
     seen: list[Any] = []
     for value in values:
         if not (isinstance(value, (str, bool)) or _is_number(value)):
@@ -194,6 +209,11 @@ def _param(name: str, raw: Any) -> Param:
             raise SpecError(path, f"duplicate value {value!r}")
         seen.append(value)
     return Param(kind, choices=tuple(values))
+
+
+def _within_range(path: str, low: float, high: float) -> None:
+    if not -MAX_RANGE <= low < high <= MAX_RANGE:
+        raise SpecError(path, f"bounds must be within [-2^53, 2^53] (got [{low:g}, {high:g}])")
 
 
 def search_space_size(space: Mapping[str, Any]) -> int:
@@ -264,6 +284,8 @@ def _search(raw: Any, space: Mapping[str, Param]) -> SearchSpec:
                                 "grid search needs a finite set of values: use choice, randint or "
                                 "quniform for this parameter, or another search.algorithm")
             points *= size
+            if points > MAX_GRID_POINTS:
+                break
         if points > MAX_GRID_POINTS:
             raise SpecError("spec.searchSpace",
                             f"the grid has {points} points (at most {MAX_GRID_POINTS}); "
@@ -303,8 +325,8 @@ def _budget(raw: Any) -> Budget:
     _only_keys(obj, path, ("maxTrials", "parallelism", "maxFailedTrials", "maxDuration", "admissionWindow",
                            "gpuHours", "cpuHours", "onExhausted"))
     return Budget(
-        max_trials=_int(obj, "maxTrials", path, 10, 1),
-        parallelism=_int(obj, "parallelism", path, 1, 1),
+        max_trials=_int(obj, "maxTrials", path, 10, 1, MAX_TRIALS),
+        parallelism=_int(obj, "parallelism", path, 1, 1, MAX_PARALLELISM),
         max_failed_trials=_int(obj, "maxFailedTrials", path, None, 0),
         max_duration_s=_duration(obj, "maxDuration", path),
         admission_window=_int(obj, "admissionWindow", path, 4, 1),
