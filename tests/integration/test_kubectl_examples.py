@@ -122,3 +122,33 @@ def test_parameter_names_that_are_one_variable_are_refused_naming_both(kubectl, 
     with pytest.raises(SpecError) as local:
         parse_experiment(yaml.safe_load(manifest)["spec"])
     assert variable in str(local.value) and all(name in str(local.value) for name in clashing)
+
+
+def test_kubectl_explain_answers_from_the_crd_descriptions(kubectl):
+    """`kubectl explain` is the Kubernetes user's habit: it answers for a field from the
+    schema the API server publishes, which carries every description of crds/*.yaml
+    (tests/unit/test_crd_descriptions.py checks that each property has one)."""
+    scheduler = kubectl("explain", "experiment.spec.scheduler").stdout
+    assert "which trials stop early" in scheduler, scheduler
+    assert "reductionFactor" in scheduler and "keep the top 1/reductionFactor" in scheduler, scheduler
+    phase = kubectl("explain", "trial.status.phase").stdout
+    assert "Pending, Queued, Running, Paused, Succeeded, Failed or Stopped" in phase, phase
+    # what kubectl explain reads: the published OpenAPI v3, one description per property
+    published = json.loads(kubectl("get", "--raw", "/openapi/v3/apis/kubetune.dev/v1alpha1").stdout)
+    schemas = published["components"]["schemas"]
+    missing = []
+
+    def walk(schema, path):
+        for name, prop in (schema.get("properties") or {}).items():
+            if "$ref" in prop or "allOf" in prop:       # metadata: the standard ObjectMeta
+                continue
+            if not prop.get("description"):
+                missing.append(f"{path}.{name}")
+            walk(prop, f"{path}.{name}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(schema.get(key), dict):
+                walk(schema[key], f"{path}.{key}")
+
+    for kind in ("Experiment", "Trial"):
+        walk(schemas[f"dev.kubetune.v1alpha1.{kind}"], kind)
+    assert not missing, missing
