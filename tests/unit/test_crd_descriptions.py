@@ -37,7 +37,9 @@ def test_every_crd_property_has_a_description(crd_file):
     kind = crd["spec"]["names"]["kind"]
     for version in crd["spec"]["versions"]:
         root = version["schema"]["openAPIV3Schema"]
-        missing = undescribed(root, kind.lower())
+        # the root's metadata is the standard ObjectMeta: the API server publishes its
+        # description and refuses a CRD that says anything there but name/generateName
+        missing = [path for path in undescribed(root, kind.lower()) if path != f"{kind.lower()}.metadata"]
         assert not missing, (
             f"{crd_file.name} ({version['name']}): {len(missing)} properties have no description "
             f"(kubectl explain shows nothing for them); add one to each:\n  " + "\n  ".join(missing))
