@@ -314,3 +314,24 @@ def test_the_run_clock_survives_an_operator_restart():
     restarted.restore([render.trial_record(persisted)])
     assert of_type(restarted.step(159.0), StopTrial) == []
     assert [s.reason for s in of_type(restarted.step(160.0), StopTrial)] == ["TimedOut"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_only_non_finite_objectives_say_so_in_the_message(value):
+    """Every trial reported the objective, but never a finite value: the message a user
+    reads says exactly that (not that nothing was reported) and what to do."""
+    spec = make_spec(scheduler={"maxIterations": 3}, budget={"maxTrials": 3, "parallelism": 3})
+    runner, sim = run(spec, curve=lambda params, t: value)
+    finished = runner.finished
+    assert finished.phase == "Failed"
+    message = finished.message
+    assert "no trial reported" not in message, message
+    assert "every value the 3 trials reported was NaN or ±Infinity" in message, message
+    assert "a non-finite value never counts as best" in message, message
+    assert "narrow the search space" in message, message
+
+
+def test_a_trial_that_never_reported_still_says_so():
+    spec = make_spec(scheduler={"maxIterations": 3}, budget={"maxTrials": 2, "parallelism": 2})
+    runner, sim = run(spec, curve=lambda params, t: None)
+    assert "no trial reported" in runner.finished.message, runner.finished.message

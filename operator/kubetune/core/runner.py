@@ -427,7 +427,14 @@ class TrialRunner:
             return f"Pareto front of {outcomes.front_size if outcomes else 0} trials"
         best = self._best
         if best is None:
-            return f"no trial reported {self.spec.objective.metric}"
+            metric = self.spec.objective.metric
+            # reported, but never a finite value: say so, not that nothing came
+            nonfinite = sum(1 for t in self._trials.values() if t.last_value is not None)
+            if nonfinite:
+                return (f"no best {metric}: every value the {nonfinite} trial{'s' * (nonfinite != 1)} reported was NaN or ±Infinity, "
+                        f"and a non-finite value never counts as best (diverging training? narrow the "
+                        f"search space, e.g. lower learning rates, or report a finite {metric})")
+            return f"no trial reported {metric}"
         return f"best {self.spec.objective.metric} {best.value:.6g} ({best.trial}, iteration {best.iteration})"
 
     def _with_failures(self, text: str) -> str:

@@ -3,7 +3,7 @@
 Parameter ``lr`` (> 0).  Reports five metrics per iteration, ``iterations`` times
 (default 6), as fast as it can: ``loss`` (the objective), ``accuracy``,
 ``grad_norm``, ``lr`` and ``phase`` (a string).  With ``lr`` above ``diverge_above``
-(default 0.5) the run diverges from iteration 2 on: ``loss`` cycles through NaN,
+(default 0.5) the run diverges from iteration ``diverge_from`` (default 2) on: ``loss`` cycles through NaN,
 Infinity and -Infinity and ``grad_norm`` is Infinity, as a real exploding run
 reports them.  ``delay`` (seconds, default 0) sleeps between reports.  Used by the
 tests of non-finite values and of 30,000-result trials.
@@ -25,7 +25,7 @@ def train(config: dict) -> None:
     for step in range(1, int(config.get("iterations", 6)) + 1):
         if delay:
             time.sleep(delay)
-        if diverges and step >= 2:
+        if diverges and step >= int(config.get("diverge_from", 2)):
             loss, grad_norm = DIVERGED[step % 3], math.inf
         else:
             loss, grad_norm = (lr - 0.1) ** 2 + 1.0 / step, 1.0 / step
