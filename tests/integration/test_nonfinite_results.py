@@ -75,15 +75,15 @@ def test_the_same_after_an_operator_sigkill_halfway(operator, experiments_api, n
 
 
 def test_only_non_finite_values_are_named_as_the_cause_in_the_message(
-        operator, experiments_api, namespace, kube_cluster):
+        operator, experiments_api, namespace, kubectl):
     """Every trial reported the objective, only ever NaN or ±Infinity: the line a user reads
     first (kubectl get -o wide's MESSAGE, the Failed condition) says so and what to do,
     not that no trial reported it."""
     body = diverging_experiment("all-diverge", diverge_above=0.0, diverge_from=1)
     create(experiments_api, namespace, body)
     done = wait_condition(experiments_api, namespace, "all-diverge", "Failed", timeout=180, operator=operator)
-    (row,) = [row for row in kubectl_get(kube_cluster, namespace, "experiments") if row["Name"] == "all-diverge"]
-    for message in (row["Message"], done["status"]["message"]):
+    wide = kubectl("get", "experiment", "all-diverge", "-n", namespace, "-o", "wide").stdout
+    for message in (wide, done["status"]["message"]):
         assert "no trial reported" not in message, message
         assert "every value the 4 trials reported was NaN or ±Infinity" in message, message
         assert "a non-finite value never counts as best" in message, message

@@ -215,3 +215,30 @@ def test_a_driver_process_ends_once_no_experiment_needs_its_address_and_starts_a
         assert operator.process.poll() is None
     finally:
         operator.stop_and_report()
+
+
+@pytest.mark.parametrize("address,cause", [
+    ("ray://ray-head.invalid:10001", "the host name ray-head.invalid does not resolve"),
+    ("ray://127.0.0.1:{port}", "connection refused: nothing listens on port {port} of 127.0.0.1"),
+])
+def test_an_unreachable_address_is_named_in_the_message_kubectl_shows_with_since_when(
+        operator, experiments_api, namespace, kubectl, address, cause):
+    """The line a user reads first (status.message: kubectl get -o wide, Argo CD, describe)
+    names the unreachable address, the cause in words, since when, and the fix, not only
+    "0 running, 0 queued, 0/2 done" with the cause hidden in a condition."""
+    port = free_port()
+    address, cause = address.format(port=port), cause.format(port=port)
+    create(experiments_api, namespace, experiment("unreachable", ray={"address": address},
+                                                  budget={"maxTrials": 2}))
+
+    def message_names_the_cause():
+        message = (get_experiment(experiments_api, namespace, "unreachable").get("status") or {}).get("message") or ""
+        return message if cause in message else None
+    message = wait_for(message_names_the_cause, timeout=120, interval=0.5, message=f"status.message naming {cause!r}")
+    assert message.startswith(f"cannot reach Ray at {address}"), message
+    assert "(since 20" in message and "retrying" in message and "check spec.ray.address" in message, message
+    assert message.endswith("0 running, 0 queued, 0/2 done"), message
+    wide = kubectl("get", "experiment", "unreachable", "-n", namespace, "-o", "wide").stdout
+    assert cause in wide and "check spec.ray.address" in wide, wide
+    described = kubectl("describe", "experiment", "unreachable", "-n", namespace).stdout
+    assert cause in described, described

@@ -164,3 +164,28 @@ def test_fit_shrinks_maps_by_their_keys_and_never_cuts_short_strings():
     squeezed = fit({"phase": "Failed", "startTime": "2026-01-01T00:00:00Z", **many}, 200,
                    keep=("phase", "startTime"))
     assert squeezed["phase"] == "Failed" and squeezed["startTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_an_unreachable_ray_cluster_is_the_first_thing_the_message_says_with_since_when():
+    """status.message is what kubectl get -o wide, Argo CD and describe show first: a Ray
+    cluster that cannot be reached is named there with its cause and since when, not
+    only in the RayUnavailable condition; it goes once the cluster answers."""
+    from kubetune.core.types import ExperimentSummary
+    summary = ExperimentSummary(counts={p.value: 0 for p in TrialPhase}, created=0, max_trials=2)
+    cause = ("cannot reach Ray at ray://ray-head.invalid:10001: cannot open a connection to ray-head.invalid:10001: "
+             "the host name ray-head.invalid does not resolve (Name or service not known)")
+    down = [("RayUnavailable", True, "ConnectionFailed", cause)]
+    first = render.experiment_status(summary, total=2, previous={}, generation=1, now=1_800_000_000.0,
+                                     suspended=False, extra_conditions=down)
+    assert first["phase"] == "Running"
+    message = first["message"]
+    assert message.startswith(cause), message
+    assert "(since 2027-01-15T08:00:00Z; retrying)" in message, message
+    assert "check spec.ray.address" in message and message.endswith("0 running, 0 queued, 0/2 done"), message
+    # later writes keep the same "since" (the condition's transition time): no churn
+    later = render.experiment_status(summary, total=2, previous=first, generation=1, now=1_800_000_600.0,
+                                     suspended=False, extra_conditions=down)
+    assert later["message"] == message
+    back = render.experiment_status(summary, total=2, previous=later, generation=1, now=1_800_000_900.0,
+                                    suspended=False, extra_conditions=[("RayUnavailable", False, "Connected", "")])
+    assert back["message"] == "0 running, 0 queued, 0/2 done"

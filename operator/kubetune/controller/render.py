@@ -198,14 +198,30 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
     )
 
 
+def _stuck_on(extra_conditions: list[tuple[str, bool, str, str]], previous: Mapping[str, Any], now: float) -> str:
+    """What holds a running Experiment up, for the first line a user reads (status.message,
+    kubectl get -o wide, Argo CD), with since when and the fix; "" when nothing does."""
+    for type_, value, _reason, text in extra_conditions:
+        if type_ == "RayUnavailable" and value:
+            before = next((c for c in previous.get("conditions") or []
+                           if c.get("type") == "RayUnavailable" and c.get("status") == "True"), None)
+            since = (before or {}).get("lastTransitionTime") or rfc3339(now)
+            since = since.split(".")[0].removesuffix("Z") + "Z"      # to the second: for people
+            return (f"{text} (since {since}; retrying): check spec.ray.address, or the operator's "
+                    f"--ray-address when it names none, and that the Ray head is up")
+    return ""
+
+
 def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mapping[str, Any],
                       generation: int | None, now: float, suspended: bool,
                       extra_conditions: Iterable[tuple[str, bool, str, str]] = (),
                       blocked: tuple[str, str] | None = None,
                       kept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Experiment's status: phase, conditions, counts, best trial, queue reason.
+    ``extra_conditions``: (type, status, reason, message) of the conditions its caller judged.
     ``kept``: fields a restarted operator needs as written (bounded by their writer),
     never cut, like the conditions (e.g. ``warmStartSources``)."""
+    extra_conditions = list(extra_conditions)
     counts = {key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}
     counts["created"] = summary.created
     done = counts["succeeded"] + counts["failed"] + counts["stopped"]
@@ -238,6 +254,9 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     else:
         phase = "Running"
         message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
+        cause = _stuck_on(extra_conditions, previous, now)
+        if cause:      # the counts alone would not say why nothing moves
+            message = f"{cause}; {message}"
         conditions = set_condition(conditions, "Running", True, "TrialsRunning", message,
                                    now=now, generation=generation)
         if any(c["type"] == "Suspended" for c in conditions):

@@ -484,7 +484,18 @@ def _probe(address: str, timeout_s: float) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise RayUnavailableError(address, f"cannot open a connection to {target}: {exc}") from exc
+        raise RayUnavailableError(address, f"cannot open a connection to {target}: {_why(host, port, exc)}") from exc
+
+
+def _why(host: str, port: str, exc: OSError) -> str:
+    """What a user fixes, in words: the name, the port, or the network."""
+    if isinstance(exc, socket.gaierror):
+        return f"the host name {host} does not resolve ({exc.strerror or exc})"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused: nothing listens on port {port} of {host}"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"no answer from {host}:{port} (timed out)"
+    return str(exc)
 
 
 def _public(resources: Mapping[str, float]) -> dict[str, float]:
