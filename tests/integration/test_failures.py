@@ -127,3 +127,25 @@ def test_a_placement_group_larger_than_the_cluster_fails_at_once_naming_it(
     [trial] = trials(experiments_api, namespace, name)
     assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Failed", "Infeasible")
     assert message in trial["status"]["message"]
+
+
+def test_a_cut_string_and_a_flood_of_results_are_said_once_on_the_trial(operator, experiments_api, kubectl, namespace):
+    """A 1 MB metric string and thousands of results in a second are cut and thinned by
+    the Trial's bounded status: `kubectl describe trial` says so once each (Warning
+    Events), naming the metric and where every result is whole."""
+    create = experiments_api.create_namespaced_custom_object
+    create("kubetune.dev", "v1alpha1", namespace, "experiments", experiment(
+        "flood", entrypoint="kubetune.examples.misbehaving:floods", budget={"maxTrials": 1},
+        trial={"config": {"results": 5_000}}))
+    wait_condition(experiments_api, namespace, "flood", "Succeeded", timeout=240, operator=operator)
+
+    def described():
+        text = kubectl("describe", "trial", "flood-0", "-n", namespace).stdout
+        return text if "ResultCut" in text and "ResultsThinned" in text else None
+    text = wait_for(described, timeout=60, interval=0.5, message="both Warnings on the Trial")
+    assert "metric 'log' is a 1,000,000-character string" in text, text
+    assert "kubetune results flood --trial flood-0" in text, text
+    events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json",
+                                "--field-selector", "involvedObject.name=flood-0,type=Warning").stdout)["items"]
+    said = [(e["reason"], e.get("count") or 1) for e in events if e["reason"] in ("ResultCut", "ResultsThinned")]
+    assert sorted(said) == [("ResultCut", 1), ("ResultsThinned", 1)], said

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from kubetune import metrics
 from kubetune.controller import render, restore, warm_start
 from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayAddressRefused
+from kubetune.controller.result_notes import ResultNotes
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
@@ -97,6 +98,7 @@ class ExperimentController:
         self._clock = clock
         self._default_storage = checkpoint_storage
         self._on_cycle = on_cycle
+        self._result_notes = ResultNotes(name)    # what the Trial's status cuts, said once per trial
         self.spec: ExperimentSpec | None = None
         self.runner: TrialRunner | None = None
         self.cluster: ClusterHandle | None = None
@@ -195,6 +197,12 @@ class ExperimentController:
             await self.store.event(kind, reason, message)
         except Exception as error:  # noqa: BLE001 - an Event is a courtesy
             log.warning("%s/%s: event %s not posted: %s", self.namespace, self.name, reason, error)
+
+    async def _trial_event_guarded(self, trial: str, reason: str, message: str) -> None:
+        try:
+            await self.store.trial_event(trial, "Warning", reason, message[:1000])
+        except Exception as error:  # noqa: BLE001 - an Event is a courtesy
+            log.warning("%s/%s: event %s on %s not posted: %s", self.namespace, self.name, reason, trial, error)
 
     def stop(self) -> None:
         """End the loop (its trials keep running)."""
@@ -747,6 +755,8 @@ class ExperimentController:
                     if trial.last_seq == result.seq:
                         accepted.append(result)
                 self._record_results(name, accepted)
+                for reason, text in self._result_notes.notes(name, accepted, trial.history_stride):
+                    await self._trial_event_guarded(name, reason, text)   # once per trial: it was cut
             if update.state == "completed":
                 busy = True
                 await self._apply(self.runner.on_trial_completed(name, now))

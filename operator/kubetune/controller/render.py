@@ -38,13 +38,14 @@ MAX_MESSAGE_CHARS = 8000
 MAX_FAILURE_MESSAGE_CHARS = 500
 KEPT_FAILURES = 20                    # status.failures keeps the latest; failureCount counts all
 MAX_METRICS_BYTES = 4096              # lastMetrics
+MAX_SHOWN_STRING_CHARS = 200          # a string metric in lastMetrics and history (the store keeps it whole)
 MAX_POINT_BYTES = 512                 # one point of the curve
 
 
 def _bounded_metrics(metrics: Mapping[str, Any], objective: str | None, max_bytes: int) -> dict[str, Any]:
     """``metrics`` JSON-safe, keeping the objective and iteration first and as many other
     metrics as fit in ``max_bytes`` (a trial may report thousands)."""
-    safe = json_safe(dict(metrics), max_string=200)
+    safe = json_safe(dict(metrics), max_string=MAX_SHOWN_STRING_CHARS)
     first = [k for k in ("iteration", objective) if k in safe]
     kept = {k: safe[k] for k in first}
     size = json_size(kept)
