@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench e2e clean-venv postgres chromium
+.PHONY: demo test unit integration bench e2e clean-venv postgres chromium docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ unit: $(STAMP)
 
 integration: $(STAMP) postgres chromium
 	$(BIN)/python -m pytest tests/integration -q -ra
+
+# the documentation site (MkDocs + Material) into site/; --strict: a warning (a broken
+# link, a page missing from the nav) fails the build. The reference pages are generated
+# from the sources as it builds (operator/kubetune/docgen).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python -m kubetune.bench

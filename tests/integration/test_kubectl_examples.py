@@ -25,10 +25,13 @@ EXPERIMENT_FILES = sorted(path for path in EXAMPLES_DIR.rglob("*.yaml")
                                  for doc in yaml.safe_load_all(path.read_text())))
 
 
-README = EXAMPLES_DIR.parent / "README.md"
-# the Experiments written out whole in the README (```yaml blocks with kind: Experiment)
-README_EXPERIMENTS = [block for block in re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
-                      if "kind: Experiment" in block]
+REPO = EXAMPLES_DIR.parent
+DOC_PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+# the Experiments written out whole in README.md and docs/ (```yaml blocks with kind:
+# Experiment), by page: the file a user would copy each into
+DOC_EXPERIMENTS = [(f"{page.relative_to(REPO)}-{n}", block) for page in DOC_PAGES
+                   for n, block in enumerate((b for b in re.findall(r"```yaml[^\n]*\n(.*?)```", page.read_text(), re.S)
+                                              if "kind: Experiment" in b), start=1)]
 
 
 def test_kubectl_is_the_control_planes_version(kubectl):
@@ -49,16 +52,18 @@ def applied_with_kubectl(kubectl, namespace: str, path: Path) -> dict:
     return json.loads(kubectl("get", "-n", namespace, "experiment", name, "-o", "json").stdout)
 
 
-def test_the_readme_experiment_is_checked():
-    assert len(README_EXPERIMENTS) >= 1 and "name: mnist-lr" in README_EXPERIMENTS[0]
+def test_the_docs_experiments_are_checked():
+    names = {name for name, _ in DOC_EXPERIMENTS}
+    assert {"README.md-1", "docs/tutorials/first-experiment.md-2"} <= names, names
+    assert any("name: mnist-lr" in block for _, block in DOC_EXPERIMENTS)
 
 
-@pytest.mark.parametrize("source", [*EXPERIMENT_FILES, *README_EXPERIMENTS],
+@pytest.mark.parametrize("source", [*EXPERIMENT_FILES, *(block for _, block in DOC_EXPERIMENTS)],
                          ids=[*(str(p.relative_to(EXAMPLES_DIR)) for p in EXPERIMENT_FILES),
-                              *(f"README.md-{n}" for n in range(1, len(README_EXPERIMENTS) + 1))])
+                              *(name for name, _ in DOC_EXPERIMENTS)])
 def test_example_gives_the_same_trials_through_kubectl_and_kubetune_run(kubectl, namespace, source, tmp_path):
     path = source
-    if isinstance(source, str):      # a README block: the file a user would copy it into
+    if isinstance(source, str):      # a docs block: the file a user would copy it into
         path = tmp_path / "experiment.yaml"
         path.write_text(source)
     stored = applied_with_kubectl(kubectl, namespace, path)["spec"]

@@ -97,10 +97,11 @@ def test_the_crds_scheduler_rules_list_what_the_schedulers_declare():
                  if cls.requires_max_iterations}
     assert _cel_names("!has(self.type) || !(self.type in") == needs_cap
 
-def test_adding_a_scheduler_is_its_file_its_test_the_crd_enum_and_the_readme_row():
+def test_adding_a_scheduler_is_its_file_its_test_the_crd_enum_and_the_docs_row():
     """CONTRIBUTING.md, "Adding a scheduler": the registry finds each scheduler in its own
     file of core/schedulers/, and no other module names one (spec's default, fifo, aside),
-    so a new scheduler needs no other file; the CRD enum and the README table list each."""
+    so a new scheduler needs no other file; the CRD enum and the docs' scheduler table
+    (docs/reference/schedulers.md) list each."""
     import inspect
 
     import kubetune
@@ -123,8 +124,8 @@ def test_adding_a_scheduler_is_its_file_its_test_the_crd_enum_and_the_readme_row
             mentions[str(where)] = named
     assert mentions == {"spec/model.py": {"fifo"}, "spec/parse.py": {"fifo"}}   # the default
     assert set(field("scheduler.type")["enum"]) == set(SCHEDULERS)
-    readme = (CRD.parents[1] / "README.md").read_text()
-    assert [name for name in SCHEDULERS if not re.search(rf"^\| `{name}`( \(default\))? \|", readme, re.M)] == []
+    table = (CRD.parents[1] / "docs" / "reference" / "schedulers.md").read_text()
+    assert [name for name in SCHEDULERS if not re.search(rf"^\| `{name}`( \(default\))? \|", table, re.M)] == []
 
 
 def test_distributions_and_top_level_fields_are_the_same():

@@ -1,4 +1,4 @@
-"""core/ and spec/ are pure: no Ray, no Kubernetes, no clock, no I/O (README: Layout)."""
+"""core/ and spec/ are pure: no Ray, no Kubernetes, no clock, no I/O (docs/explanation/design.md: Layout)."""
 import ast
 import pathlib
 

@@ -1,4 +1,4 @@
-"""The seams between kubetune's packages, read from the source (README: Layout; CONTRIBUTING.md):
+"""The seams between kubetune's packages, read from the source (docs/explanation/design.md: Layout; CONTRIBUTING.md):
 
 - the controller imports no Ray: it asks the executor (``is_unavailable``) what a
   platform's error means; of executors/ it imports the protocol (base.py) only;

@@ -17,10 +17,12 @@ def default_state_dir() -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["up", "down", "env", "status", "build"],
+    parser.add_argument("action", choices=["up", "down", "env", "status", "build", "image"],
                         help="up: build (first time) and start; down: stop and clean up; "
                              "env: print `export KUBECONFIG=...`; status: show what runs; "
-                             "build: only build (or find) the binaries")
+                             "build: only build (or find) the binaries; image: build the operator "
+                             "image from this checkout's Dockerfile into the node (up --node) and "
+                             "print its name, for `helm install --set image.repository=...`")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the plane keeps its state (default: ${KUBETUNE_CACHE:-~/.cache/kubetune}/devcluster)")
     parser.add_argument("--with-scheduler", action="store_true",
@@ -60,6 +62,19 @@ def _stop(plane) -> None:
     if node is not None:
         node.stop()
     plane.stop()
+
+
+def _operator_image(plane) -> int:
+    """The operator image, built (cached by content) and imported into the node's
+    containerd: no registry is needed, so the chart runs it with pullPolicy Never."""
+    from kubetune.devcluster.node import images
+    from kubetune.devcluster.node.node import Node
+    node = Node.attach(plane, log=_log) if plane is not None and plane.is_running() else None
+    if node is None:
+        _log("devcluster: no node is running; start one with `kubetune devcluster up --node` (Linux, root)")
+        return 1
+    print(node.load(images.operator_image(images.python_image())))
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -120,6 +135,9 @@ def main(args: argparse.Namespace) -> int:
         _stop(plane)
         _log(f"devcluster: stopped {', '.join(r.name for r in plane.records) or 'nothing'}; removed {state_dir}")
         return 0
+
+    if args.action == "image":
+        return _operator_image(plane)
 
     if args.action == "env":
         if plane is None or not plane.is_running():
