@@ -189,3 +189,12 @@ def test_an_unreachable_ray_cluster_is_the_first_thing_the_message_says_with_sin
     back = render.experiment_status(summary, total=2, previous=later, generation=1, now=1_800_000_900.0,
                                     suspended=False, extra_conditions=[("RayUnavailable", False, "Connected", "")])
     assert back["message"] == "0 running, 0 queued, 0/2 done"
+
+
+def test_queued_trials_say_what_they_wait_for_in_the_message():
+    from kubetune.core.types import ExperimentSummary
+    summary = ExperimentSummary(counts={**{p.value: 0 for p in TrialPhase}, "Queued": 2}, created=2, max_trials=8,
+                                queue_reason="2: waiting for 1 GPU (0 free of 0); scale-up requested")
+    status = render.experiment_status(summary, total=8, previous={}, generation=1, now=0.0, suspended=False)
+    assert status["message"] == ("0 running, 2 queued, 0/8 done; queued: 2: waiting for 1 GPU (0 free of 0); "
+                                 "scale-up requested"), status["message"]

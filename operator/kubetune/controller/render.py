@@ -255,6 +255,8 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     else:
         phase = "Running"
         message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
+        if counts["queued"] and summary.queue_reason:     # what the queued ones wait for
+            message = f"{message}; queued: {summary.queue_reason}"
         cause = _stuck_on(extra_conditions, previous, now)
         if cause:      # the counts alone would not say why nothing moves
             message = f"{cause}; {message}"

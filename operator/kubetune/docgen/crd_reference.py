@@ -38,9 +38,14 @@ def constraints_of(schema: dict[str, Any], required: bool) -> str:
             if key == "minimum" and schema.get("exclusiveMinimum"):
                 form = "> {}"
             parts.append(form.format(", ".join(map(str, value)) if isinstance(value, list) else value))
-    parts += [rule.get("message") or rule.get("rule", "") for rule in schema.get("x-kubernetes-validations") or []
-              if rule.get("message")]
+    parts += [rule_text(rule) for rule in schema.get("x-kubernetes-validations") or [] if rule.get("message")]
     return "; ".join(parts)
+
+
+def rule_text(rule: dict[str, Any]) -> str:
+    """A CEL rule's message, with the field it is about (fieldPath) when it names one."""
+    field = (rule.get("fieldPath") or "").lstrip(".")
+    return f"{field}: {rule['message']}" if field else rule["message"]
 
 
 def fields(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any], bool]]:
@@ -83,7 +88,7 @@ def render(crd_path: Path) -> str:
             out.append(f"## {top}\n\n{section.get('description', '')}\n\n")
             for rule in section.get("x-kubernetes-validations") or []:
                 if rule.get("message"):
-                    out.append(f"- rule: {cell(rule['message'])}\n")
+                    out.append(f"- rule: {cell(rule_text(rule))}\n")
             out.append("\n")
             rows = []
             for path, prop, required in fields(section, top):
