@@ -62,7 +62,9 @@ def batch(value: Any, key: str, limit: int) -> dict:
     checked = {"state": state, "results": [_result(r, key, f"results[{i}]") for i, r in enumerate(results)],
                "error": _text(value.get("error") or "", "error", MAX_ERROR_CHARS, optional=False),
                "attempt": _int(value.get("attempt"), "attempt", optional=True, low=0),
-               "last_seq": _int(value.get("last_seq", 0), "last_seq", low=0),
+               # a fresh trial's runner starts before the first result: last_seq -1, first seq 0
+               # (core/trial.py TrialInfo.last_seq, trainable/function_runner.py start_seq)
+               "last_seq": _int(value.get("last_seq", -1), "last_seq", low=-1),
                "iteration": _int(value.get("iteration"), "iteration", optional=True, low=0),
                "checkpoint": checkpoint(value.get("checkpoint"), key, "checkpoint"),
                "ended": bool(value.get("ended")), "retire": names(value.get("retire"), "retire")}
@@ -81,7 +83,7 @@ def _result(value: Any, key: str, field: str) -> dict:
     if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float))
                                   or not math.isfinite(timestamp)):
         raise _reject(f"{field}.timestamp", "must be a finite number")
-    return {"seq": _int(value.get("seq"), f"{field}.seq", low=1), "iteration": iteration, "metrics": metrics,
+    return {"seq": _int(value.get("seq"), f"{field}.seq", low=0), "iteration": iteration, "metrics": metrics,
             "timestamp": timestamp, "checkpoint": checkpoint(value.get("checkpoint"), key, f"{field}.checkpoint"),
             "attempt": _int(value.get("attempt"), f"{field}.attempt", optional=True, low=0)}
 
