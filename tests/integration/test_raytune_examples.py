@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k8s_helpers import create, get_experiment, trials
+from kube_fixtures import wait_for
+
 
 pytestmark = pytest.mark.integration
 RAY_EXAMPLES = Path(__import__("ray.tune.examples", fromlist=["x"]).__file__).parent
@@ -88,3 +91,27 @@ def test_the_shipped_examples_run_through_kubetune_run(tmp_path, ray_local, exam
         assert process.returncode == 0
     # PBT's class API trials checkpointed through save_checkpoint (a dict, as JSON)
     assert list((tmp_path / "checkpoints").rglob("kubetune_dict_checkpoint.json"))
+
+
+def test_the_shipped_examples_run_through_the_operator(operator, experiments_api, namespace, examples):
+    for body in examples.values():
+        create(experiments_api, namespace, body)
+    names = {example: example.replace("_", "-")[:40] for example in EXAMPLES}
+
+    def all_ended():
+        phases = {e: (get_experiment(experiments_api, namespace, n).get("status") or {}).get("phase")
+                  for e, n in names.items()}
+        return phases if all(p in ("Succeeded", "Failed") for p in phases.values()) else None
+    try:
+        phases = wait_for(all_ended, timeout=420, interval=1.0, message="the five converted examples")
+    except BaseException:
+        print(operator.log()[-8000:])
+        raise
+    for example, name in names.items():
+        items = [{"name": t["metadata"]["name"], "phase": t["status"].get("phase"),
+                  "reason": t["status"].get("reason"), "iteration": t["status"].get("iteration", 0),
+                  "lastMetrics": t["status"].get("lastMetrics") or {}}
+                 for t in trials(experiments_api, namespace, name)]
+        check_trials(example, phases[example], items)
+    front = get_experiment(experiments_api, namespace, names["optuna_multiobjective_example"])["status"]
+    assert front.get("paretoFront"), front

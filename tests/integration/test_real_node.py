@@ -127,3 +127,23 @@ def test_a_killed_operator_pod_is_replaced_and_the_run_finishes(release, user_na
                  timeout=180, interval=0.5, message="the Deployment's new operator pod Ready")
     body = wait_succeeded(release, user_namespace, name, timeout=300)
     assert body["status"]["trialCounts"]["succeeded"] == 4, body["status"]
+
+
+def test_a_converted_katib_experiment_runs_as_pod_trials(release, user_namespace):
+    """`kubetune convert katib` on a Katib Job + StdOut collector Experiment; the trial pods
+    print Katib's `name=value` lines, which the converted container turns into results."""
+    from kubetune.convert.common import render
+    from kubetune.convert.katib import from_katib
+    body, conversion = from_katib(str(REPO / "tests" / "integration" / "katib_random_job.yaml"))
+    release.kubectl("-n", user_namespace, "apply", "-f", "-", input=render(conversion, body))
+    done = wait_succeeded(release, user_namespace, "katib-random", timeout=240)
+    with release.api_client() as api:
+        found = trials(client.CustomObjectsApi(api), user_namespace, "katib-random")
+    assert len(found) == 3 and all(t["status"]["phase"] == "Succeeded" for t in found), [t["status"] for t in found]
+    for trial in found:
+        status, params = trial["status"], trial["spec"]["parameters"]
+        assert status["iteration"] == 4          # one result per loss= line
+        assert status["lastMetrics"]["loss"] == pytest.approx((params["lr"] - 0.01) ** 2 + 1 / (4 * params["layers"]),
+                                                            abs=1e-6)
+        assert status["lastMetrics"]["accuracy"] == pytest.approx(1 - 1 / (4 + params["layers"]), abs=1e-4)
+    assert done["status"]["bestTrial"]["metric"] == min(t["status"]["bestMetric"] for t in found)
