@@ -45,3 +45,30 @@ def _condition(type_: str, status: str, reason: str, message: str, transition: s
     if generation is not None:
         condition["observedGeneration"] = generation
     return condition
+
+
+# kstatus (sigs.k8s.io/cli-utils pkg/kstatus), the convention Flux and kpt read:
+# status.observedGeneration != metadata.generation -> InProgress; then Reconciling=True
+# -> InProgress, Stalled=True -> Failed; then Ready: True -> Current, False -> InProgress.
+# Ready is also what `kubectl wait --for=condition=Ready` waits on: True only once done.
+KSTATUS_TYPES = ("Ready", "Reconciling", "Stalled")
+FINAL_PHASES = ("Succeeded", "Failed")
+
+
+def kstatus_conditions(conditions: Iterable[dict[str, Any]], phase: str, reason: str, message: str, *,
+                       now: float, generation: int | None) -> list[dict[str, Any]]:
+    """``conditions`` with Ready, Reconciling and Stalled set from ``phase`` alone:
+
+    - Pending, Queued, Running: Reconciling (the operator is still at work);
+    - Succeeded: Ready;
+    - Failed: Stalled, with the failure's reason and message;
+    - Suspended: none of them True; Ready=False says Suspended, which kstatus reads as
+      InProgress: not done, not failed (a Flux Kustomization waiting on it keeps waiting).
+    Every False one carries the phase's reason too, so each condition reads on its own."""
+    reason = reason or phase
+    wanted = {"Ready": phase == "Succeeded", "Stalled": phase == "Failed",
+              "Reconciling": phase not in (*FINAL_PHASES, "Suspended")}
+    result = list(conditions)
+    for type_ in KSTATUS_TYPES:
+        result = set_condition(result, type_, wanted[type_], reason, message, now=now, generation=generation)
+    return result

@@ -20,7 +20,7 @@ from kubetune.controller.result_notes import ResultNotes
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
-from kubetune.controller.conditions import parse_rfc3339, set_condition
+from kubetune.controller.conditions import parse_rfc3339
 from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.status_events import status_events
@@ -424,12 +424,7 @@ class ExperimentController:
                                  reason: str = "InvalidSpec") -> None:
         now = self._clock()
         previous = self._experiment_written
-        conditions = set_condition(previous.get("conditions") or [], "Failed", True, reason, message,
-                                   now=now, generation=generation)
-        conditions = set_condition(conditions, "Running", False, reason, message, now=now,
-                                   generation=generation)
-        status = {"phase": "Failed", "message": cap_text(message), "conditions": conditions,
-                  "observedGeneration": generation}
+        status = render.refused_status(previous, reason, message, now=now, generation=generation)
         if await self._write("Experiment", self.store.patch_experiment_status(status)):
             self._experiment_written = {**previous, **status}
         await self._event_guarded("Warning", reason, message)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from kubetune.controller.conditions import parse_rfc3339, rfc3339, set_condition
+from kubetune.controller.conditions import kstatus_conditions, parse_rfc3339, rfc3339, set_condition
 from kubetune.controller.outcomes_status import capped_param, objective_values, outcome_fields, read_objective_values
 from kubetune.core.runner import NOT_COUNTED
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, decode_number, fit, json_safe, json_size
@@ -236,7 +236,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         conditions = set_condition(conditions, "Failed", True, reason, message, now=now, generation=generation)
         conditions = set_condition(conditions, "Running", False, reason, message, now=now, generation=generation)
     elif finished is not None:
-        phase = finished.phase
+        phase, reason = finished.phase, finished.reason
         succeeded = phase == "Succeeded"
         conditions = set_condition(conditions, "Running", False, finished.reason, finished.message,
                                    now=now, generation=generation)
@@ -246,14 +246,14 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
                                    finished.message, now=now, generation=generation)
         message = finished.message
     elif suspended:
-        phase = "Suspended"
+        phase, reason = "Suspended", "Suspended"
         message = "suspended: no new trials are launched"
         conditions = set_condition(conditions, "Suspended", True, "Suspended", message,
                                    now=now, generation=generation)
         conditions = set_condition(conditions, "Running", False, "Suspended", message,
                                    now=now, generation=generation)
     else:
-        phase = "Running"
+        phase, reason = "Running", "TrialsQueued" if counts["queued"] and not counts["running"] else "TrialsRunning"
         message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
         if counts["queued"] and summary.queue_reason:     # what the queued ones wait for
             message = f"{message}; queued: {summary.queue_reason}"
@@ -271,6 +271,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         for type_ in ("Succeeded", "Failed"):
             if any(c["type"] == type_ and c["status"] == "True" for c in conditions):
                 conditions = set_condition(conditions, type_, False, "Resumed", "", now=now, generation=generation)
+    conditions = kstatus_conditions(conditions, phase, reason, message, now=now, generation=generation)
     queued = counts["queued"] > 0 and finished is None
     if queued or any(c["type"] == "Queued" for c in conditions):
         conditions = set_condition(conditions, "Queued", queued, "TrialsQueued" if queued else "NoneQueued",
@@ -309,3 +310,15 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions) - json_size(kept), 2048),
                keep=EXPERIMENT_STATUS_KEPT)
     return {**rest, **kept, "conditions": conditions}
+
+
+def refused_status(previous: Mapping[str, Any], reason: str, message: str, *, now: float,
+                   generation: int | None) -> dict[str, Any]:
+    """The Experiment's status when its spec cannot run at all (invalid, refused by a
+    policy, no permission): Failed with the reason, for this generation."""
+    conditions = set_condition(previous.get("conditions") or [], "Failed", True, reason, message,
+                               now=now, generation=generation)
+    conditions = set_condition(conditions, "Running", False, reason, message, now=now, generation=generation)
+    conditions = kstatus_conditions(conditions, "Failed", reason, message, now=now, generation=generation)
+    return {"phase": "Failed", "message": cap_text(message), "conditions": conditions,
+            "observedGeneration": generation}
