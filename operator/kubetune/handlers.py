@@ -119,7 +119,7 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
             clusters,
             store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
                                                                  uid=body.get("metadata", {}).get("uid")),
-            checkpoint_storage=chosen.checkpoint_storage, results=RESULTS)
+            checkpoint_storage=chosen.checkpoint_storage, results=RESULTS, dashboard_url=chosen.dashboard_url)
         metrics.watch_state(lambda: STATE)
         # checked a few times per grace period: a driver ends at most ~1/4 of it late
         _RETIRING = asyncio.create_task(STATE.retire_idle_drivers_forever(

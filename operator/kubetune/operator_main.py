@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
     # "": $KUBETUNE_RESULTS_URL (results.default_url, the one reader of that variable), so
     # a PostgreSQL URL (with its password) can come from a Secret
+    parser.add_argument("--dashboard-url", default="",
+                        help="where users reach the chart's dashboard (e.g. https://tuning.example.com): each "
+                             "Experiment's status.dashboard then names its page there")
     parser.add_argument("--results-url", default="",
                         help="results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
                              "(default: sqlite:///~/.local/share/kubetune/results.db)")

@@ -72,6 +72,7 @@ class OperatorSettings:
     lease_duration_seconds: float = LEASE_DURATION_S
     lease_namespace: str = ""
     identity: str = ""
+    dashboard_url: str = ""    # the chart's dashboard as users reach it: status.dashboard ("": none)
 
 
 # the environment variable a flag falls back to (operator_main.py), named in errors
@@ -159,4 +160,17 @@ def from_args(args: Any) -> OperatorSettings:
         lease_name=args.lease_name,
         lease_duration_seconds=lease,
         lease_namespace=args.lease_namespace,
-        identity=args.identity)
+        identity=args.identity,
+        dashboard_url=_dashboard_url(getattr(args, "dashboard_url", "")))
+
+
+MAX_DASHBOARD_URL = 512
+
+
+def _dashboard_url(value: str) -> str:
+    """``--dashboard-url``: "" or an http(s) URL (written into every Experiment's status)."""
+    value = str(value or "").strip()
+    if value and (not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", value) or len(value) > MAX_DASHBOARD_URL):
+        raise SettingError(f"--dashboard-url: {value[:100]!r} is not an http(s) URL of at most {MAX_DASHBOARD_URL} "
+                           "characters without query or fragment, e.g. https://tuning.example.com")
+    return value.rstrip("/")

@@ -29,6 +29,7 @@ from kubetune.devcluster.node.node import Node, start_cluster, why_not_here
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE, HOME = "kubetune", "kubetune-system"
+DASHBOARD_URL = "http://localhost:8080"      # as a port-forward reaches it: status.dashboard's base
 MACHINE_LOCK = Path("/run/kubetune-node.lock")
 
 # for the modules' pytestmark: Linux and root only; the first test carries the module's
@@ -111,7 +112,14 @@ def operator_image(request, real_cluster) -> str:
 
 
 def operator_pods(core) -> list:
-    pods = core.list_namespaced_pod(HOME, label_selector=f"app.kubernetes.io/instance={RELEASE}").items
+    pods = core.list_namespaced_pod(HOME, label_selector=f"app.kubernetes.io/instance={RELEASE},"
+                                                         "app.kubernetes.io/name=kubetune").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def dashboard_pods(core) -> list:
+    pods = core.list_namespaced_pod(HOME, label_selector=f"app.kubernetes.io/instance={RELEASE},"
+                                                         "app.kubernetes.io/name=kubetune-dashboard").items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
@@ -135,7 +143,9 @@ def release(real_cluster, operator_image):
     real_cluster.helm("install", RELEASE, str(REPO / "charts" / "kubetune"), "--namespace", HOME,
                       "--create-namespace", "--set", f"image.repository={repository}",
                       "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-                      "--set", "podExecutor.enabled=true", "--set", "podExecutor.clusterWide=true")
+                      "--set", "podExecutor.enabled=true", "--set", "podExecutor.clusterWide=true",
+                      # the dashboard next to the operator, on its SQLite volume (read-only)
+                      "--set", "dashboard.enabled=true", "--set", f"dashboard.baseURL={DASHBOARD_URL}")
     with real_cluster.api_client() as api:
         core = client.CoreV1Api(api)
         try:

@@ -13,6 +13,7 @@ machine: concurrent runs wait for each other on a lock.
 """
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -21,9 +22,9 @@ from kubernetes import client
 
 from k8s_helpers import experiment_gone, trials
 from kube_fixtures import temporary_namespace, wait_for
-from realnode_fixtures import (HOME, RELEASE, REAL_NODE_MARKS, REPO, experiment_events, log, operator_image,  # noqa: F401
-                               operator_pods, ready, real_cluster, release, trial_pods, user_namespace,
-                               wait_succeeded)
+from realnode_fixtures import (DASHBOARD_URL, HOME, RELEASE, REAL_NODE_MARKS, REPO, dashboard_pods,  # noqa: F401
+                               experiment_events, log, operator_image, operator_pods, ready, real_cluster, release,
+                               trial_pods, user_namespace, wait_succeeded)
 
 pytestmark = REAL_NODE_MARKS
 
@@ -74,6 +75,53 @@ def test_the_pod_examples_succeed(release, user_namespace, example, trials_expec
     assert {"TrialLaunched"} <= experiment_events(release, user_namespace, example)
     table = release.kubectl("-n", user_namespace, "get", "trials")
     assert table.count("Succeeded") == trials_expected
+    if example == "pod-trials":
+        check_dashboard(release, user_namespace, example, body, trials_expected)
+
+
+# what a browser does through the dashboard's Service: the Experiment's address
+# (status.dashboard's path) redirects to its study page; the page and its data load
+DASHBOARD_PROBE = """
+import json, sys, urllib.request
+base, path, study = sys.argv[1], sys.argv[2], sys.argv[3]
+page = urllib.request.urlopen(base + path, timeout=30)
+html = page.read().decode()
+study_id = page.geturl().rsplit("/", 1)[1]
+data = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=60))
+listed = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=30))
+print(json.dumps({"url": page.geturl(), "html": "<title>Optuna Dashboard</title>" in html,
+                  "trials": len(data["trials"]), "states": sorted({t["state"] for t in data["trials"]}),
+                  "names": [s["study_name"] for s in listed["study_summaries"]]}))
+"""
+
+
+def check_dashboard(release, namespace: str, name: str, body: dict, trials_expected: int) -> None:
+    """The chart's dashboard Deployment (dashboard.enabled): Ready on the node, reading the
+    operator's SQLite volume read-only, and its page loads through the Service."""
+    path = f"/experiments/{namespace}/{name}"
+    assert body["status"]["dashboard"] == DASHBOARD_URL + path
+    with release.api_client() as api:
+        core = client.CoreV1Api(api)
+        wait_for(lambda: any(ready(p) for p in dashboard_pods(core)), timeout=120, interval=0.5,
+                 message="the dashboard pod Ready")
+        [pod] = [p for p in dashboard_pods(core) if ready(p)]
+        assert pod.spec.automount_service_account_token is False
+        assert all(not (m.mount_path or "").startswith("/var/run/secrets") for m in pod.spec.containers[0].volume_mounts)
+    service = f"http://{RELEASE}-dashboard.{HOME}.svc"
+    with temporary_namespace(release, "kt-dash-") as probe_namespace:
+        release.kubectl("-n", probe_namespace, "run", "probe", "--image=python:3.11-slim", "--image-pull-policy=Never",
+                        "--restart=Never", "--command", "--", "python", "-c", DASHBOARD_PROBE, service, path,
+                        f"{namespace}/{name}")
+        with release.api_client() as api:
+            core = client.CoreV1Api(api)
+            wait_for(lambda: core.read_namespaced_pod("probe", probe_namespace).status.phase in ("Succeeded", "Failed"),
+                     timeout=120, interval=0.5, message="the dashboard probe pod")
+            output = release.kubectl("-n", probe_namespace, "logs", "probe")
+            assert core.read_namespaced_pod("probe", probe_namespace).status.phase == "Succeeded", output
+    seen = json.loads(output.strip().splitlines()[-1])
+    assert "/dashboard/studies/" in seen["url"] and seen["html"], seen
+    assert seen["trials"] == trials_expected and seen["states"] == ["Complete"], seen
+    assert f"{namespace}/{name}" in seen["names"], seen
 
 
 def long_experiment(name: str, *, steps: int, step_seconds: float, trials_total: int, parallelism: int) -> str:

@@ -10,14 +10,18 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 from kubernetes import client
 
 from k8s_helpers import create, experiment, get_experiment, wait_condition
 from kube_fixtures import wait_for
+from kubetune.dashboard.storage import ResultsStoreStorage
+from kubetune.results import open_store
 from operator_fixtures import OperatorProcess
 
 pytestmark = pytest.mark.integration
+DASHBOARD = "https://tuning.example.com/"
 
 
 def kubetune_results(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -42,7 +46,8 @@ def flaky_experiment(name: str) -> dict:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_operator(request, kube_cluster, ray_local, namespace, tmp_path):
-    process = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, namespace)
+    process = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, namespace,
+                              extra_args=("--dashboard-url", DASHBOARD))
     if request.param == "postgresql":
         process.results_url = request.getfixturevalue("postgres_url")
     process.start()
@@ -64,8 +69,22 @@ def test_every_result_and_failed_attempt_is_stored_and_read_back(store_operator,
         return None
     document = wait_for(complete, timeout=60, interval=0.5, message="16 stored results")
 
-    uid = get_experiment(experiments_api, namespace, "stored")["metadata"]["uid"]
+    experiment = get_experiment(experiments_api, namespace, "stored")
+    uid = experiment["metadata"]["uid"]
     assert document["experiment"]["uid"] == uid and document["experiment"]["metric"] == "val_loss"
+    # the chart's dashboard (a base URL given to the operator): the Experiment names its page
+    assert experiment["status"]["dashboard"] == f"https://tuning.example.com/experiments/{namespace}/stored"
+    # and the dashboard's study of it, from what the operator stored (kubetune.dashboard)
+    reader = ResultsStoreStorage(open_store(url, read_only=True))
+    study = optuna.load_study(study_name=f"{namespace}/stored", storage=reader)
+    assert reader.study_id_for(namespace, "stored") == study._study_id
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE and study.metric_names == ["val_loss"]
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    for frozen in study.trials:
+        assert frozen.intermediate_values == {i: pytest.approx(1 / i) for i in range(1, 9)}
+        assert frozen.value == pytest.approx(1 / 8) and frozen.params["lr"] in (0.1, 0.2)
+        assert frozen.distributions["lr"] == optuna.distributions.CategoricalDistribution([0.1, 0.2])
+    reader.store.close()
     for trial in document["trials"]:
         # the history has no gap and no duplicate across the retry; each result says its attempt
         assert [r["iteration"] for r in trial["results"]] == list(range(1, 9))

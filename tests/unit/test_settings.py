@@ -134,3 +134,14 @@ def test_the_handlers_take_their_settings_from_the_object_they_are_given():
                  if getattr(handler, "reason", None) == "delete" or "deleted" in handler.id]
     # the operator gives up itself at 42 s (and releases what it held); kopf's own timeout is a backstop past it
     assert [handler.timeout for handler in deletions] == [42.0 + handlers.CLEANUP_BACKSTOP_SECONDS]
+
+
+def test_the_dashboard_url_is_an_http_url_or_nothing():
+    from kubetune.results.study_meta import experiment_link
+    assert operator_settings().dashboard_url == ""
+    chosen = operator_settings("--dashboard-url", "https://tuning.example.com/kt/")
+    assert chosen.dashboard_url == "https://tuning.example.com/kt"
+    assert experiment_link(chosen.dashboard_url, "team-a", "mnist") == "https://tuning.example.com/kt/experiments/team-a/mnist"
+    for bad in ("tuning.example.com", "ftp://x", "https://x/?q=1", "https://x y", "https://" + "x" * 600):
+        with pytest.raises(SettingError, match="--dashboard-url"):
+            operator_settings("--dashboard-url", bad)

@@ -130,3 +130,22 @@ new name.  The operator reads only Secrets named <trial>-token that its Trial ow
   verbs: [get, list, watch]
 {{- end }}
 {{- end }}
+
+{{/* The dashboard's Pods: a name of their own, so the operator's selector (its
+Deployment, its Services, its replicas' podAffinity) never matches them. */}}
+{{- define "kubetune.dashboardName" -}}
+{{- printf "%s-dashboard" (include "kubetune.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kubetune.dashboardLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "kubetune.dashboardSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: dashboard
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kubetune.dashboardSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubetune.name" . }}-dashboard
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}

@@ -35,6 +35,7 @@ from kubetune.core.sanitize import cap_text
 from kubetune.core.types import (CreateTrial, FinishExperiment, LaunchTrial, PauseTrial,
                                  StopTrial, TrialPhase)
 from kubetune.executors.base import LaunchRequest, RayUnavailableError
+from kubetune.results.study_meta import experiment_link
 from kubetune.spec import ExperimentSpec, SpecError, parse_experiment
 from kubetune.spec.trial_key import TrialKey
 
@@ -86,8 +87,10 @@ class ExperimentController:
     def __init__(self, *, namespace: str, name: str, store: Store, registry: ClusterRegistry,
                  body: Callable[[], Mapping[str, Any]], clock: Callable[[], float] = time.time,
                  checkpoint_storage: str = "", on_cycle: Callable[["ExperimentController"], None] | None = None,
-                 results: ResultsRecorder | None = None) -> None:
+                 results: ResultsRecorder | None = None, dashboard_url: str = "") -> None:
         self.namespace = namespace
+        # status.dashboard: this Experiment's page in the chart's dashboard, when it has one
+        self._dashboard = experiment_link(dashboard_url, namespace, name) if dashboard_url else None
         self.name = name
         # every accepted result and failed attempt also goes to the results store
         # (kubetune.results); Trial and Experiment metadata follow the status writes
@@ -899,6 +902,8 @@ class ExperimentController:
             generation=self._generation, now=now, suspended=self.spec.suspend, extra_conditions=extra,
             blocked=self._blocked,
             kept={"warmStartSources": self._warm_sources} if self._warm_sources is not None else None)
+        if self._dashboard is not None:
+            status["dashboard"] = self._dashboard
         if status == self._experiment_written:
             return
         phase_changed = status.get("phase") != self._experiment_written.get("phase")

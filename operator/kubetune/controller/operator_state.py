@@ -20,11 +20,12 @@ class CleanupPending(Exception):
 
 class OperatorState:
     def __init__(self, registry: ClusterRegistry, store_factory: Callable[[str, str, Mapping[str, Any]], Any],
-                 checkpoint_storage: str, results: ResultsWriter | None = None) -> None:
+                 checkpoint_storage: str, results: ResultsWriter | None = None, dashboard_url: str = "") -> None:
         self.registry = registry
         self.results = results   # the results store's writer, shared by every Experiment
         self._store_factory = store_factory
         self._checkpoint_storage = checkpoint_storage
+        self._dashboard_url = dashboard_url
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
         self._uids: dict[tuple[str, str], str | None] = {}   # of the Experiment each controller serves
         self._deleting: dict[str, int] = {}    # Ray address -> deletions cleaning up on it now
@@ -42,6 +43,7 @@ class OperatorState:
             self.controllers[key] = ExperimentController(
                 namespace=namespace, name=name, store=self._store_factory(namespace, name, body),
                 registry=self.registry, body=lambda: body, checkpoint_storage=self._checkpoint_storage,
+                dashboard_url=self._dashboard_url,
                 results=ResultsRecorder(self.results, namespace, lambda: body) if self.results is not None else None)
         return self.controllers[key]
 
