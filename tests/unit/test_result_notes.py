@@ -32,13 +32,21 @@ def test_fifty_thousand_results_in_a_second_are_said_thinned_with_the_stride():
     flood = results(50_000, per_second=50_000.0)
     (found,) = notes.notes("exp-0", flood, history_stride=1024)
     assert found[0] == THINNED
-    assert "50,000 results in 1.0 s" in found[1] and "one point every 1024 iterations" in found[1]
+    assert "1,000 results or more within one second" in found[1] and "one point every 1024 iterations" in found[1]
     assert "Report less often" in found[1]
     assert notes.notes("exp-0", flood, history_stride=2048) == []
+
+
+def test_a_flood_split_into_small_fetches_is_still_seen():
+    notes = ResultNotes("exp")
+    flood = results(1_200, per_second=5_000.0)
+    said = [found for start in range(0, 1_200, 100) for found in notes.notes("exp-0", flood[start:start + 100])]
+    assert [reason for reason, _ in said] == [THINNED]
 
 
 def test_ordinary_results_say_nothing():
     notes = ResultNotes("exp")
     assert notes.notes("exp-0", results(200, per_second=10.0)) == []       # a long, paced run
-    assert notes.notes("exp-0", results(499)) == []                        # fast, but few
+    assert notes.notes("exp-1", results(999)) == []                        # fast, but few
+    assert notes.notes("exp-2", results(3_000, per_second=900.0)) == []    # many, but under 1,000 a second
     assert notes.notes("exp-0", results(3, metrics=lambda i: {"loss": 0.1, "phase": "train"})) == []

@@ -5,7 +5,8 @@ The status is bounded (render.py): a string metric is cut to its first
 ``MAX_METRICS_BYTES``, and ``history`` keeps 64 points however many results come. Each
 is right, but done silently it reads as a lost value or a frozen trial. So the first time
 a trial's results are cut, and the first time they come faster than anyone reads a
-status (``FLOOD_RESULTS`` or more at ``FLOOD_PER_SECOND`` or faster), the controller
+status (``FLOOD_RESULTS`` or more within one second, by the trial's own timestamps,
+however the fetches split them), the controller
 posts one Warning Event on the Trial saying what was cut, and that the results store
 keeps every result whole. Pure: the caller posts the Events.
 """
@@ -19,8 +20,8 @@ from kubetune.spec.results import Result
 
 CUT = "ResultCut"                 # a value or a metric the status does not show
 THINNED = "ResultsThinned"        # more results than the status shows one by one
-FLOOD_RESULTS = 500               # a fetch brings at most 1,000 (executors)
-FLOOD_PER_SECOND = 1_000.0
+FLOOD_RESULTS = 1_000             # within FLOOD_WINDOW_S
+FLOOD_WINDOW_S = 1.0
 
 
 class ResultNotes:
@@ -29,6 +30,7 @@ class ResultNotes:
     def __init__(self, experiment: str) -> None:
         self.experiment = experiment
         self._said: set[tuple[str, str]] = set()
+        self._windows: dict[str, tuple[float, int]] = {}   # trial -> (window start, results in it)
 
     def notes(self, trial: str, results: Sequence[Result], history_stride: int = 1) -> list[tuple[str, str]]:
         """(reason, message) of the Warnings to post for this batch of ``trial``'s results."""
@@ -38,15 +40,26 @@ class ResultNotes:
             cut = _cut(results)
             if cut:
                 found.append((CUT, f"{trial}: {cut}; {where}"))
-        if (trial, THINNED) not in self._said and len(results) >= FLOOD_RESULTS:
-            span = max(results[-1].timestamp - results[0].timestamp, 1e-3)
-            if len(results) / span >= FLOOD_PER_SECOND:
-                found.append((THINNED, (
-                    f"{trial}: {len(results):,} results in {span:.1f} s; its status shows the latest, and its "
-                    f"history one point every {history_stride} iterations (64 at most); {where}. "
-                    "Report less often (once per epoch or evaluation) to follow it with kubectl")))
+        if (trial, THINNED) not in self._said and self._flooded(trial, results):
+            found.append((THINNED, (
+                f"{trial}: {FLOOD_RESULTS:,} results or more within one second; its status shows the latest, "
+                f"and its history one point every {history_stride} iterations (64 at most); {where}. "
+                "Report less often (once per epoch or evaluation) to follow it with kubectl")))
+            self._windows.pop(trial, None)
         self._said |= {(trial, reason) for reason, _ in found}
         return found
+
+    def _flooded(self, trial: str, results: Sequence[Result]) -> bool:
+        """FLOOD_RESULTS results within FLOOD_WINDOW_S, counted across batches."""
+        start, count = self._windows.get(trial, (float("-inf"), 0))
+        flooded = False
+        for result in results:
+            if result.timestamp - start > FLOOD_WINDOW_S:
+                start, count = result.timestamp, 0
+            count += 1
+            flooded |= count >= FLOOD_RESULTS
+        self._windows[trial] = (start, count)
+        return flooded
 
 
 def _cut(results: Sequence[Result]) -> str:
