@@ -82,15 +82,21 @@ def test_the_pod_examples_succeed(release, user_namespace, example, trials_expec
 # what a browser does through the dashboard's Service: the Experiment's address
 # (status.dashboard's path) redirects to its study page; the page and its data load
 DASHBOARD_PROBE = """
-import json, sys, urllib.request
-base, path, study = sys.argv[1], sys.argv[2], sys.argv[3]
-page = urllib.request.urlopen(base + path, timeout=30)
-html = page.read().decode()
-study_id = page.geturl().rsplit("/", 1)[1]
-data = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=60))
+import json, sys, time, urllib.request
+base, path, expected = sys.argv[1], sys.argv[2], int(sys.argv[3])
+deadline = time.monotonic() + 90   # the store's last rows may trail the Experiment's status by a batch
+while True:
+    page = urllib.request.urlopen(base + path, timeout=30)
+    html = page.read().decode()
+    study_id = page.geturl().rsplit("/", 1)[1]
+    data = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=60))
+    states = sorted({t["state"] for t in data["trials"]})
+    if (len(data["trials"]), states) == (expected, ["Complete"]) or time.monotonic() > deadline:
+        break
+    time.sleep(1)
 listed = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=30))
 print(json.dumps({"url": page.geturl(), "html": "<title>Optuna Dashboard</title>" in html,
-                  "trials": len(data["trials"]), "states": sorted({t["state"] for t in data["trials"]}),
+                  "trials": len(data["trials"]), "states": states,
                   "names": [s["study_name"] for s in listed["study_summaries"]]}))
 """
 
@@ -111,11 +117,11 @@ def check_dashboard(release, namespace: str, name: str, body: dict, trials_expec
     with temporary_namespace(release, "kt-dash-") as probe_namespace:
         release.kubectl("-n", probe_namespace, "run", "probe", "--image=python:3.11-slim", "--image-pull-policy=Never",
                         "--restart=Never", "--command", "--", "python", "-c", DASHBOARD_PROBE, service, path,
-                        f"{namespace}/{name}")
+                        str(trials_expected))
         with release.api_client() as api:
             core = client.CoreV1Api(api)
             wait_for(lambda: core.read_namespaced_pod("probe", probe_namespace).status.phase in ("Succeeded", "Failed"),
-                     timeout=120, interval=0.5, message="the dashboard probe pod")
+                     timeout=180, interval=0.5, message="the dashboard probe pod")
             output = release.kubectl("-n", probe_namespace, "logs", "probe")
             assert core.read_namespaced_pod("probe", probe_namespace).status.phase == "Succeeded", output
     seen = json.loads(output.strip().splitlines()[-1])
