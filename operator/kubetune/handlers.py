@@ -11,9 +11,10 @@ import threading
 import kopf
 
 from kubetune import metrics
-from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.operator_state import CleanupPending, OperatorState
+from kubetune.executors.platform import PlatformRegistry
 from kubetune.executors.pods.cluster import POD_EXECUTOR_OFF, PodSupport
+from kubetune.executors.ray.platform import RayPlatforms
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
 from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
@@ -100,17 +101,16 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
         # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
         settings.scanning.disabled = True
-        pod_cluster = None
+        providers = {"ray": RayPlatforms(chosen.ray_address, _executor_factory(chosen),
+                                         separate_factory=_driver_process(chosen),
+                                         allow_local=chosen.allow_local_ray or not in_cluster(),
+                                         idle_s=chosen.ray_driver_idle_seconds)}
         if chosen.pod_executor:   # off: nothing listens on the ingest port
             PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
                               namespace_opt_in=chosen.pod_namespace_opt_in,
                               priority_classes=chosen.pod_priority_classes)
-            pod_cluster = await PODS.start()
-        clusters = ClusterRegistry(chosen.ray_address, _executor_factory(chosen),
-                                   separate_factory=_driver_process(chosen),
-                                   pod_cluster=pod_cluster, pod_refusal=POD_EXECUTOR_OFF,
-                                   allow_local=chosen.allow_local_ray or not in_cluster(),
-                                   idle_s=chosen.ray_driver_idle_seconds)
+            providers["pod"] = await PODS.start()
+        clusters = PlatformRegistry(providers, refusals={"pod": POD_EXECUTOR_OFF})
         # opened by the writer's thread: a database that is down at start delays the
         # results (kept, retried), never the operator
         RESULTS = ResultsWriter(lambda: open_store(chosen.results_url or None),

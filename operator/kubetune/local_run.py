@@ -15,10 +15,10 @@ from typing import Any, Callable
 import yaml
 
 from kubetune.controller import table
-from kubetune.controller.clusters import ClusterRegistry
 from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.controller.store import MemoryStore
+from kubetune.executors.platform import PlatformRegistry
 from kubetune.results import default_url, open_store
 from kubetune.results.writer import ResultsWriter
 
@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-storage", default="", help="where checkpoints go (default: ~/.cache/kubetune)")
     parser.add_argument("--results-url", default="",
                         help="results store (default: $KUBETUNE_RESULTS_URL or sqlite:///~/.local/share/kubetune/results.db)")
+
+
+POD_EXECUTOR_NEEDS_THE_OPERATOR = (
+    "executor: pod needs the operator (`kubetune operator`), which runs "
+    "trials as pods and receives their results; `kubetune run` runs Ray trials only")
 
 
 def load_experiment(path: str) -> dict[str, Any]:
@@ -63,12 +68,14 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
     """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle.
     ``results_url``: the results store (None: the default; "": none, e.g. benchmarks)."""
     from kubetune.executors.ray.executor import RayExecutor
+    from kubetune.executors.ray.platform import RayPlatforms
 
     events: list[str] = []
     store = MemoryStore(on_event=lambda kind, reason, message: events.append(f"{reason}: {message}"))
     # one Experiment, one process: its own spec.ray.address, if it names one, is the cluster
-    registry = ClusterRegistry(((body.get("spec") or {}).get("ray") or {}).get("address") or ray_address,
-                               RayExecutor)
+    registry = PlatformRegistry(
+        {"ray": RayPlatforms(((body.get("spec") or {}).get("ray") or {}).get("address") or ray_address, RayExecutor)},
+        refusals={"pod": POD_EXECUTOR_NEEDS_THE_OPERATOR})
     namespace = body["metadata"].get("namespace", "local")
     last_drawn = [0.0]
 

@@ -92,7 +92,7 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self._state()
         controllers = list(state.controllers.values()) if state is not None else []
-        handles = state.registry.handles() if state is not None else []
+        handles = state.registry.platforms() if state is not None else []
 
         experiments = GaugeMetricFamily(
             "kubetune_experiments", "Experiments served by this operator, by phase", labels=["phase"])
@@ -138,7 +138,7 @@ class StateCollector(Collector):
         up = GaugeMetricFamily("kubetune_ray_connected", "1 while the Ray cluster answers, else 0",
                                labels=["address"])
         for handle in handles:
-            if not getattr(handle, "retired", False):   # ended for want of use: nobody waits for it
+            if not handle.retired:   # ended for want of use: nobody waits for it
                 up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
         yield up
 

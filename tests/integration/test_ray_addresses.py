@@ -101,7 +101,7 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
     import subprocess
     import sys
 
-    from kubetune.executors.base import RayUnavailableError
+    from kubetune.executors.ray.errors import RayUnavailableError
     from kubetune.executors.ray.process import DriverProcess
 
     driver = DriverProcess(ray_local)

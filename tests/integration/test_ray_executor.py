@@ -10,7 +10,8 @@ import pytest
 import ray
 
 from kubetune.examples.quadratic import bowl
-from kubetune.executors.base import LaunchRequest, RayUnavailableError, TrialState
+from kubetune.executors.base import LaunchRequest, TrialState
+from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray.executor import ACTOR_PREFIX, RayExecutor, actor_name
 from kubetune.spec.model import TrialResources
 

@@ -1,6 +1,6 @@
 """Autoscaling-aware queueing, the pure parts (issue 5): node types from autoscaling
 configs, the Experiment's queue summary and Queued condition, and the aggregated
-autoscaler request of a ClusterHandle (driven here by a scripted executor; the
+autoscaler request of a RayPlatform (driven here by a scripted executor; the
 integration tests run the real one against Ray's fake autoscaler)."""
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from kubetune.controller import render
-from kubetune.controller.clusters import ClusterHandle
+from kubetune.executors.ray.platform import RayPlatform
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.core.types import ExperimentSummary
-from kubetune.executors.base import ClusterResources, NodeResources, RayUnavailableError
+from kubetune.executors.base import ClusterResources, NodeResources
+from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray.autoscaler import node_type_shapes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ class Clock:
 def test_request_names_held_and_waiting_bundles_and_is_withdrawn_when_nothing_waits():
     async def scenario():
         clock, executor = Clock(), ScriptedExecutor([{"CPU": 2, "GPU": 1}])
-        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected()
         assert executor.requests == [[]]         # a stale request of an earlier operator is dropped
         ledger, bundle = handle.ledger, [Resources(cpu=0.5, gpu=1)]
@@ -188,7 +189,7 @@ def test_request_names_held_and_waiting_bundles_and_is_withdrawn_when_nothing_wa
 def test_unreadable_node_types_make_the_cluster_unavailable_not_fixed_size():
     async def scenario():
         executor = ScriptedExecutor([{"CPU": 2}], fail_node_types="cannot read the autoscaler's node types")
-        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=Clock())
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=Clock())
         assert not await handle.ensure_connected()
         assert handle.last_error == "cannot reach Ray at 10.0.0.1:6379: cannot read the autoscaler's node types"
         assert not handle.ledger.capacity_known
@@ -205,7 +206,7 @@ def test_an_experiment_that_finishes_with_trials_queued_withdraws_their_request(
         executor = ScriptedExecutor([{"CPU": 2}])
         executor.stop_all = lambda prefix: 0
         clock = Clock()
-        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected()
         handle.ledger.set_waiting("ns/e/t0", [Resources(cpu=0.5, gpu=1)])     # queued for a GPU
         clock.now += 5
@@ -213,9 +214,9 @@ def test_an_experiment_that_finishes_with_trials_queued_withdraws_their_request(
         assert executor.requests[-1] == [{"CPU": 0.5, "GPU": 1.0}]
         handle.ledger.release("ns/e/t0")          # the Experiment finished (goal reached): dropped
         controller = ExperimentController(namespace="ns", name="e", store=None, registry=None, body=lambda: {})
-        controller.cluster, controller.runner = handle, SimpleNamespace(active_trials=lambda: [])
-        await controller._stop_runs_of_finished()
-        assert executor.requests[-1] == [] and controller._orphans_checked
+        controller.ctx.platform, controller.ctx.runner = handle, SimpleNamespace(active_trials=lambda: [])
+        await controller.runs.end_runs_of_finished()
+        assert executor.requests[-1] == [] and controller.runs.orphans_checked
     asyncio.run(scenario())
 
 
@@ -224,7 +225,7 @@ def test_a_driver_is_not_retired_before_its_request_is_withdrawn():
         executor = ScriptedExecutor([{"CPU": 2}])
         executor.close = lambda: None
         clock = Clock()
-        handle = ClusterHandle("10.0.0.1:6379", lambda address: executor, clock=clock)
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected()
         handle.ledger.set_waiting("ns/e/t0", [Resources(cpu=0.5, gpu=1)])
         clock.now += 5

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kubetune.controller.clusters import ClusterRegistry, RayAddressRefused
+from kubetune.executors.platform import PlatformRegistry
+from kubetune.executors.ray.platform import RayAddressRefused, RayPlatforms
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.operator_state import CleanupPending, OperatorState
 from kubetune.controller import restore
@@ -62,7 +63,7 @@ def test_a_restored_finished_run_starts_nothing_unless_its_spec_reopens_it(reaso
 
 def test_registry_connects_each_address_on_its_own():
     made = []
-    registry = ClusterRegistry("ray://head:10001", lambda address: made.append(("own", address)),
+    registry = RayPlatforms("ray://head:10001", lambda address: made.append(("own", address)),
                                allow_local=False, separate_factory=lambda address: made.append(("separate", address)))
     typo = registry.get("ray://typo:10001")
     own = registry.get(registry.resolve(None))
@@ -75,10 +76,10 @@ def test_registry_connects_each_address_on_its_own():
     assert made == [("own", "ray://head:10001"), ("separate", "ray://typo:10001")]
     with pytest.raises(RayAddressRefused, match="--allow-local-ray"):
         registry.get("local")
-    assert ClusterRegistry("local", lambda address: object()).get("local").address == "local"
+    assert RayPlatforms("local", lambda address: object()).get("local").address == "local"
     # `kubetune run` (no separate drivers): its one address only
     with pytest.raises(RayAddressRefused, match="kubetune operator"):
-        ClusterRegistry("local", lambda address: object()).get("ray://head:10001")
+        RayPlatforms("local", lambda address: object()).get("ray://head:10001")
 
 
 class FlakyRay:
@@ -120,8 +121,8 @@ class TrialList:
 
 def test_deletion_is_retried_until_the_trials_are_gone():
     ray = FlakyRay(unreachable=1)
-    registry = ClusterRegistry("ray://head:10001", lambda address: ray)
-    state = OperatorState(registry, store_factory=lambda *_: TrialList(["e-0", "e-1"]), checkpoint_storage="")
+    registry = RayPlatforms("ray://head:10001", lambda address: ray)
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList(["e-0", "e-1"]), checkpoint_storage="")
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {}}
 
     async def attempts() -> list[str]:
@@ -140,20 +141,20 @@ def test_deletion_is_retried_until_the_trials_are_gone():
 
     outcomes = asyncio.run(attempts())
     assert outcomes[-1] == "done" and len(outcomes) == 3, outcomes
-    assert "no route to head" in outcomes[0] and "2 Ray actors of ns/e are still alive" in outcomes[1]
+    assert "no route to head" in outcomes[0] and "2 runs of ns/e are still alive" in outcomes[1]
     assert ray.alive == set()
 
 
 def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
     # a typo'd spec.ray.address: no Trial was ever created, so nothing ran there to end
-    registry = ClusterRegistry("ray://head:10001", lambda address: FlakyRay(0),
+    registry = RayPlatforms("ray://head:10001", lambda address: FlakyRay(0),
                                separate_factory=lambda address: FlakyRay(unreachable=100))
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://typo:10001"}}}
-    asyncio.run(OperatorState(registry, store_factory=lambda *_: TrialList([]), checkpoint_storage="")
+    asyncio.run(OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList([]), checkpoint_storage="")
                 .delete("ns", "e", body))
     with pytest.raises(CleanupPending, match="no route to head"):   # with Trials, it waits for Ray
         registry.get("ray://typo:10001")._next_attempt = 0.0
-        asyncio.run(OperatorState(registry, store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="")
+        asyncio.run(OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="")
                     .delete("ns", "e", body))
 
 
@@ -168,8 +169,8 @@ def test_a_deletion_past_its_cleanup_timeout_still_lets_go_of_what_the_operator_
         def forget_experiment(self, uid: str) -> None:
             self.forgotten.append(uid)
 
-    registry = ClusterRegistry("ray://head:10001", lambda address: FlakyRay(unreachable=100))
-    state = OperatorState(registry, store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="",
+    registry = RayPlatforms("ray://head:10001", lambda address: FlakyRay(unreachable=100))
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="",
                           results=Writer())
     body = {"metadata": {"name": "e", "namespace": "ns", "uid": "u1"}, "spec": {}}
     state._store_factory = lambda *_: MemoryStore()
@@ -258,7 +259,7 @@ def test_a_successive_halving_restore_replays_only_its_rungs_and_rebuilds_the_sa
 
 def test_a_recreated_experiment_gets_a_fresh_controller():
     from kubetune.controller.store import MemoryStore
-    state = OperatorState(ClusterRegistry("local", lambda address: object()),
+    state = OperatorState(PlatformRegistry({"ray": RayPlatforms("local", lambda address: object())}),
                           store_factory=lambda *_: MemoryStore(), checkpoint_storage="")
     old = state.controller_for("ns", "e", {"metadata": {"name": "e", "uid": "u1"}})
     assert state.controller_for("ns", "e", {"metadata": {"name": "e", "uid": "u1"}}) is old
@@ -326,7 +327,9 @@ def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
     # it holds, like every other effect: a fetch failing once (Ray unreachable) loses nothing
     from kubetune.controller.experiment import ExperimentController
     from kubetune.core.types import Result
-    from kubetune.executors.base import RayUnavailableError, TrialState, TrialUpdate
+    from kubetune.executors.base import TrialState, TrialUpdate
+    from kubetune.executors.platform import ExecutorPlatform
+    from kubetune.executors.ray.errors import RayUnavailableError
 
     class Store:
         def __init__(self) -> None:
@@ -350,12 +353,14 @@ def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
                 Result(seq=seq, iteration=seq + 1, metrics={"loss": 1.0}, timestamp=0.0) for seq in range(after + 1, 5)))}
 
     controller = ExperimentController(namespace="ns", name="e", store=None, registry=None, body=lambda: {})
-    controller.results, controller.cluster = Store(), SimpleNamespace(executor=Ray())
-    controller._unstored = {"e-0": 3}
+    platform = ExecutorPlatform()
+    platform.executor = Ray()
+    controller.ctx.results, controller.ctx.platform = Store(), platform
+    controller.pump.unstored = {"e-0": 3}
     with pytest.raises(RayUnavailableError):
-        asyncio.run(controller._store_results_taken_before_restart())
-    asyncio.run(controller._store_results_taken_before_restart())
-    assert controller.results.recorded == [2, 3] and controller._unstored == {}
+        asyncio.run(controller.pump.store_results_taken_before_restart())
+    asyncio.run(controller.pump.store_results_taken_before_restart())
+    assert controller.results.recorded == [2, 3] and controller.pump.unstored == {}
 
 
 class Driver:
@@ -388,7 +393,7 @@ class Driver:
 def test_a_driver_nobody_needs_ends_after_the_grace_period_and_a_new_one_starts_when_needed():
     made: list[Driver] = []
     now = [0.0]
-    registry = ClusterRegistry("ray://own:10001", lambda address: Driver([]), idle_s=60.0, clock=lambda: now[0],
+    registry = RayPlatforms("ray://own:10001", lambda address: Driver([]), idle_s=60.0, clock=lambda: now[0],
                                separate_factory=lambda address: Driver(made))
     other, own = registry.get("ray://other:10001"), registry.get("ray://own:10001")
 
@@ -417,9 +422,9 @@ def test_a_driver_nobody_needs_ends_after_the_grace_period_and_a_new_one_starts_
 def test_an_experiment_being_deleted_keeps_its_driver():
     made: list[Driver] = []
     now = [0.0]
-    registry = ClusterRegistry("ray://own:10001", lambda address: Driver([]), idle_s=10.0, clock=lambda: now[0],
+    registry = RayPlatforms("ray://own:10001", lambda address: Driver([]), idle_s=10.0, clock=lambda: now[0],
                                separate_factory=lambda address: Driver(made))
-    state = OperatorState(registry, store_factory=lambda *_: TrialList([]), checkpoint_storage="")
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList([]), checkpoint_storage="")
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://other:10001"}}}
 
     async def scenario() -> None:
@@ -433,5 +438,5 @@ def test_an_experiment_being_deleted_keeps_its_driver():
         now[0] = 100.0
         assert await state.retire_idle_drivers() == ["ray://other:10001"] and made[0].closed
         await state.delete("ns", "e", body)                   # deleted later: a driver for the cleanup only
-        assert len(made) == 2 and state.ray_in_use() == set()
+        assert len(made) == 2 and state.connections_in_use() == set()
     asyncio.run(scenario())

@@ -50,7 +50,7 @@ def final(trial, metric):
 def test_several_objectives_refuse_what_cannot_rank_vectors_naming_it(change, path, words):
     raw = merge({k: v for k, v in BASE.items() if k != "objective"}, change)
     raw["objectives"] = TWO
-    with pytest.raises(SpecError) as error:   # what the operator checks of a spec (controller._take_spec)
+    with pytest.raises(SpecError) as error:   # what the operator checks of a spec (controller/intake.py)
         scheduler_class(parse_experiment(raw))
     assert error.value.path == path and words in error.value.message
 

@@ -27,8 +27,8 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
         controllers={("a", "x"): controller("Running", running=2, queued=2, succeeded=1),
                      ("a", "y"): controller("Succeeded", succeeded=4, failed=1),
                      ("b", "z"): SimpleNamespace(written_status={})},       # nothing written yet
-        registry=SimpleNamespace(handles=lambda: [SimpleNamespace(address="ray://h:10001", ledger=ledger,
-                                                                 connected=True)]),
+        registry=SimpleNamespace(platforms=lambda: [SimpleNamespace(address="ray://h:10001", ledger=ledger,
+                                                                   connected=True, retired=False)]),
         results=SimpleNamespace(pending_bytes=300, high_water_bytes=4096, dropped=3,
                                 rejected={"A": SimpleNamespace(rows=2), "B": SimpleNamespace(rows=1)}))
     metrics.watch_state(lambda: state)

@@ -1,11 +1,14 @@
 """The seams between kubetune's packages, read from the source (docs/explanation/design.md: Layout; CONTRIBUTING.md):
 
-- the controller imports no Ray: it asks the executor (``is_unavailable``) what a
-  platform's error means; of executors/ it imports the protocol (base.py) only;
+- the controller imports no Ray: it asks its ``Platform`` (``classify``) what a
+  platform's error means; of executors/ it imports the protocols (base.py,
+  platform.py) only;
 - only k8s/ (and the dev tools devcluster/ and bench/) imports the Kubernetes client:
   everything else calls k8s/'s typed functions;
 - no import cycle between packages (a package is a folder under kubetune/, or a
   top-level module such as handlers.py);
+- the controller never chooses a platform (no ``isinstance`` on a handle, no
+  ``executor == "pod"``, no ``getattr`` past a protocol);
 
 Each rule is checked against the tree and against a planted violation, so a rule
 that stopped seeing imports would fail here rather than pass forever.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import kubetune
 
@@ -98,10 +102,10 @@ def test_controller_imports_no_ray():
 
 
 def test_controller_imports_no_platform_package():
-    """Of executors/, the controller knows the protocol only; the operator (handlers.py)
-    and ``kubetune run`` hand it the platform."""
+    """Of executors/, the controller knows the protocols only; the operator (handlers.py)
+    and ``kubetune run`` hand it the platforms."""
     found = modules_importing(("kubetune.executors",), "controller")
-    platform = {path: {n for n in names if not n.startswith("kubetune.executors.base")}
+    platform = {path: {n for n in names if not n.startswith(("kubetune.executors.base", "kubetune.executors.platform"))}
                 for path, names in found.items()}
     assert {path: names for path, names in platform.items() if names} == {}
     assert found, "the controller should use the executor protocol (executors.base)"
@@ -154,3 +158,33 @@ def test_lazy_and_from_imports_are_seen():
     assert {"ray.exceptions", "kubetune.metrics"} <= imported_modules(source)
     assert unit_of("kubetune.metrics") == "metrics"
     assert unit_of("kubetune.executors.ray.executor") == "executors"
+
+
+# Choosing a platform by its type or name, or reaching past the Platform protocol
+# (issue 31's grep): the controller holds a Platform and never asks which one.
+PLATFORM_CHOICE = re.compile(r'isinstance\(.*ClusterHandle|executor == "pod"|getattr\(')
+
+
+def platform_choices(under: pathlib.Path) -> dict[str, list[str]]:
+    """{file: its lines that choose a platform}, for the Python files under ``under``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(under.rglob("*.py")):
+        lines = [line.strip() for line in path.read_text().splitlines() if PLATFORM_CHOICE.search(line)]
+        if lines:
+            found[path.name] = lines
+    return found
+
+
+def test_the_controller_never_asks_which_platform():
+    assert platform_choices(PACKAGE / "controller") == {}
+
+
+def test_the_platform_choice_rule_sees_a_planted_violation(tmp_path):
+    (tmp_path / "planted.py").write_text(
+        'if spec.executor == "pod":\n    pass\n'
+        'close = getattr(executor, "close", None)\n'
+        'if isinstance(cluster, ClusterHandle):\n    pass\n'
+        'platform = registry.platform_for(spec)\n')
+    assert platform_choices(tmp_path) == {"planted.py": [
+        'if spec.executor == "pod":', 'close = getattr(executor, "close", None)',
+        'if isinstance(cluster, ClusterHandle):']}

@@ -148,7 +148,7 @@ BAD = [
 
 @pytest.mark.parametrize("field,value,path,words", BAD, ids=[f"{b[0]}={b[1]!r}"[:60] for b in BAD])
 def test_bad_spec_names_the_field(field, value, path, words):
-    with pytest.raises(SpecError) as caught:   # what the operator checks of a spec (controller._take_spec)
+    with pytest.raises(SpecError) as caught:   # what the operator checks of a spec (controller/intake.py)
         scheduler_class(parse_experiment(_with(field, value)))
     assert caught.value.path == path
     assert words in caught.value.message

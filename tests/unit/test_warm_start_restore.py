@@ -60,14 +60,14 @@ def test_the_controller_records_the_sources_and_seeds_a_restart_with_the_same_tr
                                     body=lambda: {"metadata": {"name": "late", "uid": "u"}})
 
     first = controller()
-    warm, notes = asyncio.run(first._warm_start(spec, {}))
+    warm, notes = asyncio.run(first.intake.warm_start(spec, {}))
     assert [w.source for w in warm] == ["early/early-0"] and notes == []
-    status = {"warmStartSources": first._warm_sources}
+    status = {"warmStartSources": first.status.warm_sources}
     # what the Experiment's status carries, whole, beside the rest
     from kubetune.core.types import ExperimentSummary
     written = render.experiment_status(ExperimentSummary(counts={}, created=0), total=1, previous={}, generation=1,
                                        now=0.0, suspended=False, kept=status)
-    assert written["warmStartSources"] == first._warm_sources
+    assert written["warmStartSources"] == first.status.warm_sources
     store.source_trials = [trial(0, "Succeeded", loss=0.5), trial(1, "Succeeded", loss=0.1)]
-    warm, notes = asyncio.run(controller()._warm_start(spec, json.loads(json.dumps(written))))
+    warm, notes = asyncio.run(controller().intake.warm_start(spec, json.loads(json.dumps(written))))
     assert [w.source for w in warm] == ["early/early-0"] and notes == []     # not early-1: not used before

@@ -1,4 +1,4 @@
-"""Operator-wide state: the cluster registry and one ExperimentController per
+"""Operator-wide state: the platform registry and one ExperimentController per
 Experiment.  kopf handlers (handlers.py) only route events here."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from kubetune.controller.clusters import ClusterHandle, ClusterRegistry, RayAddressRefused
 from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.results_recorder import ResultsRecorder
+from kubetune.executors.platform import Platform, PlatformRegistry
 from kubetune.results.writer import ResultsWriter
 
 log = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ class CleanupPending(Exception):
 
 
 class OperatorState:
-    def __init__(self, registry: ClusterRegistry, store_factory: Callable[[str, str, Mapping[str, Any]], Any],
+    def __init__(self, registry: PlatformRegistry, store_factory: Callable[[str, str, Mapping[str, Any]], Any],
                  checkpoint_storage: str, results: ResultsWriter | None = None, dashboard_url: str = "") -> None:
         self.registry = registry
         self.results = results   # the results store's writer, shared by every Experiment
@@ -28,7 +28,7 @@ class OperatorState:
         self._dashboard_url = dashboard_url
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
         self._uids: dict[tuple[str, str], str | None] = {}   # of the Experiment each controller serves
-        self._deleting: dict[str, int] = {}    # Ray address -> deletions cleaning up on it now
+        self._deleting: dict[str, int] = {}    # platform address -> deletions cleaning up on it now
 
     def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
         key = (namespace, name)
@@ -56,15 +56,16 @@ class OperatorState:
         self.controllers.pop((namespace, name), None)
 
     async def delete(self, namespace: str, name: str, body: Mapping[str, Any], *, give_up: bool = False) -> None:
-        """The Experiment is being deleted: end its trials on Ray (Trials go by GC).
+        """The Experiment is being deleted: end its trials' runs (Trials go by GC).
 
-        Raises ``CleanupPending`` while that does not hold (Ray unreachable, actors still
-        alive): kopf retries and the finalizer stays. Works the same when no controller
-        runs here (deleted while the operator was down): the spec names the cluster.
+        Raises ``CleanupPending`` while that does not hold (the platform unreachable, runs
+        still alive): kopf retries and the finalizer stays. Works the same when no
+        controller runs here (deleted while the operator was down): the spec names the
+        platform (``PlatformRegistry.cleanup_platform``: None when nothing needs ending).
         ``give_up`` (the cleanup timeout has passed): a failed cleanup is abandoned
         instead, yet what this operator holds for the Experiment is let go all the same
         (the trials' own lease ends them: trainable/host.py); the error is re-raised."""
-        cluster = self._cluster_of(body)
+        cluster = self.registry.cleanup_platform(body.get("spec") or {})
         address = cluster.address if cluster is not None else ""
         self._deleting[address] = self._deleting.get(address, 0) + 1    # its driver stays meanwhile
         try:
@@ -78,7 +79,7 @@ class OperatorState:
             if not self._deleting[address]:
                 del self._deleting[address]
 
-    async def _delete(self, namespace: str, name: str, body: Mapping[str, Any], cluster: ClusterHandle | None) -> None:
+    async def _delete(self, namespace: str, name: str, body: Mapping[str, Any], cluster: Platform | None) -> None:
         key = (namespace, name)
         controller = self.controllers.get(key)
         if controller is not None:
@@ -92,15 +93,13 @@ class OperatorState:
                 # launch): an address never reached (a typo) holds the deletion up no longer
                 cluster = None
         if cluster is not None:
-            # every actor and placement group under the experiment, pooled workers included
-            await asyncio.to_thread(cluster.executor.stop_all, prefix)
             try:
-                left = await asyncio.to_thread(cluster.executor.remaining, prefix)
-            except Exception as error:  # noqa: BLE001 - Ray could not tell: try again
+                left = await cluster.end_all(prefix)
+            except Exception as error:  # noqa: BLE001 - the platform could not tell: try again
                 cluster.mark_unavailable(error)
-                raise CleanupPending(f"cannot list the actors of {prefix[:-1]}: {error}") from error
+                raise CleanupPending(f"cannot end the runs of {prefix[:-1]}: {error}") from error
             if left:
-                raise CleanupPending(f"{left} Ray actors of {prefix[:-1]} are still alive")
+                raise CleanupPending(f"{left} runs of {prefix[:-1]} are still alive on {cluster.address}")
         await self._let_go(namespace, name, body)
 
     async def _let_go(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
@@ -116,18 +115,18 @@ class OperatorState:
         if self.results is not None and uid:
             self.results.forget_experiment(uid)
 
-    def ray_in_use(self) -> set[str]:
-        """The Ray addresses some Experiment needs a connection to now."""
+    def connections_in_use(self) -> set[str]:
+        """The platform addresses some Experiment needs a connection to now."""
         in_use = {address for address in self._deleting if address}
         for controller in self.controllers.values():
-            address = controller.needs_ray()
+            address = controller.needs_connection()
             if address is not None:
                 in_use.add(address)
         return in_use
 
     async def retire_idle_drivers(self) -> list[str]:
         """End the driver processes no Experiment has needed for the registry's grace period."""
-        return await self.registry.retire_idle(self.ray_in_use())
+        return await self.registry.retire_idle(self.connections_in_use())
 
     async def retire_idle_drivers_forever(self, interval_s: float) -> None:
         """``retire_idle_drivers`` every ``interval_s`` until cancelled (the operator's life)."""
@@ -136,16 +135,4 @@ class OperatorState:
             try:
                 await self.retire_idle_drivers()
             except Exception:  # noqa: BLE001 - the next round tries again
-                log.exception("ending idle Ray driver processes failed; retrying")
-
-    def _cluster_of(self, body: Mapping[str, Any]) -> ClusterHandle | None:
-        """The Ray cluster an Experiment's trials ran on; None when they ran on none
-        (pod trials, which the garbage collector removes with their Trials; an address
-        this operator refuses, so nothing ran)."""
-        spec = body.get("spec") or {}
-        if spec.get("executor") == "pod":
-            return None
-        try:
-            return self.registry.get(self.registry.resolve((spec.get("ray") or {}).get("address")))
-        except RayAddressRefused:
-            return None
+                log.exception("ending idle driver processes failed; retrying")

@@ -1,9 +1,9 @@
 """Trials the runner launched but the platform has not started: shown as Queued.
 
-With the pod executor the runner launches up to ``parallelism`` pods and counts them
-as running; a pod the kube-scheduler cannot place waits in the scheduler's queue.
-The executor reports that (``TrialUpdate.waiting_reason``/``waiting_message``), and
-this overlay shows such a trial as ``Queued`` with the scheduler's message, in the
+On a platform that places trials itself (pods: the kube-scheduler, Kueue) the runner
+launches up to ``parallelism`` trials and counts them as running; one the platform
+cannot place yet waits in the platform's queue.  The platform reports that
+(``TrialUpdate.waiting_reason``/``waiting_message``), and this overlay shows such a trial as ``Queued`` with the scheduler's message, in the
 Trial's status and in the Experiment's counts and queue reason, while the runner's
 own bookkeeping stays as it is.  Pure; the controller feeds it every poll.
 
@@ -43,7 +43,7 @@ class PlatformQueue:
     def summary(self, summary: ExperimentSummary, trials: Mapping[str, Any]) -> ExperimentSummary:
         """``trials``: the runner's trials by name (only running ones can wait)."""
         waiting = [name for name in self._waiting
-                   if getattr(trials.get(name), "phase", None) is TrialPhase.RUNNING]
+                   if name in trials and trials[name].phase is TrialPhase.RUNNING]
         if not waiting:
             return summary
         counts = dict(summary.counts)

@@ -161,8 +161,11 @@ class RecordingStore:
         self.inner = inner
         self.recorder = recorder
 
-    def __getattr__(self, name: str):   # writes, trials, experiment_status, ... of the inner store
-        return getattr(self.inner, name)
+    async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
+        return await self.inner.list_trials_of(experiment)
+
+    async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
+        await self.inner.trial_event(trial, kind, reason, message)
 
     async def list_trials(self) -> list[dict[str, Any]]:
         trials = await self.inner.list_trials()

@@ -16,6 +16,7 @@ The policy (README, troubleshooting):
 """
 from __future__ import annotations
 
+import enum
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,6 +31,13 @@ SHARED_CAUSES = (ENTRYPOINT, POD_REFUSED, "InvalidImageName", "ErrImageNeverPull
                  "ImagePullBackOff", "CreateContainerConfigError")
 EXAMPLE_CHARS = 300
 OBJECTIVE_NOT_A_NUMBER = "ObjectiveNotANumber"
+
+
+class FailureKind(str, enum.Enum):
+    """Whose fault a failed call or a lost run is, as a platform classifies its errors
+    (executors/platform.py).  The values are the kinds the results store records."""
+    TRIAL = "Error"              # the trial's code, inputs or launch: counts toward maxFailures
+    PLATFORM = "ClusterFault"    # the platform lost it (unreachable, node died): retried, not counted
 
 _LEADING_TYPE = re.compile(r"^([A-Za-z_][\w.]*)(?=: |:$|$)")
 _POD_REFUSED = re.compile(r"cannot create pod \S+: .*(forbidden|denied|exceeded quota|violates PodSecurity)",

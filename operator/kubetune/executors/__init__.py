@@ -1,8 +1,9 @@
-"""Side effects that run trials: one package per platform behind the typed protocol
-``base.TrialExecutor`` (start, poll results after a sequence number, stop, pause,
-cluster capacity, logs, ``is_unavailable``).
+"""Side effects that run trials: one package per platform, each a ``platform.Platform``
+(what the controller holds) over a ``base.TrialExecutor`` (start, poll results after a
+sequence number, stop, pause, cluster capacity, logs, ``is_unavailable``).
 
-- ``base.py``: the protocol and the types it speaks (LaunchRequest, TrialUpdate, ...);
+- ``platform.py``: the Platform protocol, and the registry keyed by ``spec.executor``;
+- ``base.py``: the executor protocol and the types it speaks (LaunchRequest, TrialUpdate, ...);
 - ``ray/``: trials as named, detached Ray actors, the autoscaler request;
 - ``pods/``: one Pod per trial attempt, results pushed over HTTP or read from the log.
 

@@ -19,11 +19,12 @@ class ExecutorError(RuntimeError):
     """Something only the executor's platform can cause went wrong."""
 
 
-class RayUnavailableError(ExecutorError):
-    """The Ray cluster cannot be reached; ``address`` and ``cause`` say which and why."""
+class PlatformUnavailableError(ExecutorError):
+    """The platform cannot be reached; ``address`` and ``cause`` say which and why.  The
+    controller keeps the trial and reconnects (``FailureKind.PLATFORM``)."""
 
-    def __init__(self, address: str, cause: str):
-        super().__init__(f"Ray at {address!r} is unavailable: {cause}")
+    def __init__(self, address: str, cause: str, message: str = ""):
+        super().__init__(message or f"{address!r} is unavailable: {cause}")
         self.address = address
         self.cause = cause
 
@@ -123,7 +124,7 @@ class TrialExecutor(Protocol):
     def disconnect(self) -> None: ...
     def is_unavailable(self, error: BaseException) -> bool:
         """True when ``error`` (raised by a method here) means the platform cannot be
-        reached: the controller reconnects and keeps the trial, rather than failing it."""
+        reached: its ``Platform`` classifies it as the platform's fault (executors/platform.py)."""
     def start(self, req: LaunchRequest) -> LaunchInfo: ...
     def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0,
              limit: int = 1000) -> dict[str, TrialUpdate]: ...

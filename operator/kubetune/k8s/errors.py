@@ -43,3 +43,17 @@ class ApiError(Exception):
         except (TypeError, ValueError, KeyError):
             message = str(error)
         return cls(int(getattr(error, "status", 0) or 0), message)
+
+
+def forbidden(error: BaseException) -> str | None:
+    """The API's own words for a 403, which name the verb, resource and group the
+    caller lacks (``pods is forbidden: User "..." cannot list resource "pods" in API
+    group "" in the namespace "ml"``); None when ``error`` is no 403."""
+    if getattr(error, "status", None) != 403:
+        return None
+    body = getattr(error, "body", None) or ""
+    try:
+        text = json.loads(body).get("message") or ""
+    except (ValueError, AttributeError):
+        text = str(body)
+    return text or str(error)

@@ -1,10 +1,12 @@
-"""The pod executor's side of the controller (``spec.executor: pod``).
+"""The pod platform (``spec.executor: pod``): what the controller holds for pod trials.
 
-``PodClusterHandle`` stands where a Ray ``ClusterHandle`` stands for Ray trials, with
-two differences: the kube-scheduler, not kubetune, decides where and when a pod
+``PodPlatform`` is the ``Platform`` (executors/platform.py) of pod trials.  Unlike a
+Ray cluster's: the kube-scheduler, not kubetune, decides where and when a pod
 runs, so the ledger grants every trial at once (the runner launches up to
 ``parallelism`` and a pod the scheduler cannot place shows as Queued, see
-``platform_queue``); and there is no connection to lose, only the API server.
+``controller/platform_queue.py``); there is no connection to lose, only the API server;
+and Kueue (core/admission.py) says what a queued pod waits for.  ``PodPlatforms`` is
+its ``PlatformProvider``: one PodPlatform for the whole operator.
 
 ``PodSupport`` wires the operator-wide parts: one ``ResultInbox``, the HTTP ingest
 server trial pods report to, and the ``PodExecutor``.  Off (the operator's default,
@@ -16,10 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any, Mapping
 
+from kubetune.core import admission
 from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.executors.base import LaunchRequest
+from kubetune.executors.platform import ExecutorPlatform
 from kubetune.executors.pods.ingest import IngestServer, ResultInbox
 from kubetune.executors.pods.executor import PodExecutor
+from kubetune.spec.model import ExperimentSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +45,11 @@ class UnboundedLedger(ResourceLedger):
         return True
 
 
-class PodClusterHandle:
-    """What ``ExperimentController`` uses of a cluster handle, for pod trials."""
+class PodPlatform(ExecutorPlatform):
+    """The ``Platform`` of pod trials: one for the whole operator."""
 
     address = "pod"
+    lost_run_message = "the trial's pod is gone"
 
     def __init__(self, executor: PodExecutor, problem: str = "") -> None:
         self.executor = executor
@@ -70,8 +78,54 @@ class PodClusterHandle:
     async def refresh_capacity(self) -> None:
         """Nothing to track: the kube-scheduler places pods."""
 
-    async def policy_violations(self, namespace: str, template, priority_class: str | None = None) -> list[str]:
-        return await asyncio.to_thread(self.executor.policy_violations, namespace, template, priority_class)
+    def launch_waiting(self, request: LaunchRequest) -> tuple[str, str] | None:
+        # Kueue's webhook gates the pod as it is created: Queued from the start (a Trial
+        # written now, or before the first poll, must not say Running)
+        if request.queue:
+            return admission.QUEUED, f"waiting for Kueue admission in queue {request.queue}"
+        return None
+
+    def shown_waiting(self, reason: str, message: str, evictions: int, since_eviction: bool) -> tuple[str, str]:
+        return admission.shown_waiting(reason, message, evictions, since_eviction)
+
+    async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
+        return await asyncio.to_thread(self.executor.policy_violations, namespace, spec.trial.template,
+                                       spec.priority_class)
+
+    async def end_runs(self, prefix: str) -> bool:
+        """Nothing to end: a finished Experiment's runner stopped each of its pods."""
+        return True
+
+    async def end_all(self, prefix: str) -> int:
+        """Nothing to end: its pods go with their Trials (garbage collection)."""
+        return 0
+
+    async def release(self, trial_keys: list[str]) -> None:
+        for key in trial_keys:
+            self.ledger.release(key)
+
+
+class PodPlatforms:
+    """The ``PlatformProvider`` of ``spec.executor: pod``: the one ``PodPlatform``."""
+
+    def __init__(self, platform: PodPlatform) -> None:
+        self.platform = platform
+
+    def platform_for(self, spec: ExperimentSpec) -> PodPlatform:
+        return self.platform
+
+    def cleanup_platform(self, spec: Mapping[str, Any]) -> None:
+        """None: the garbage collector removes a deleted Experiment's pods with its Trials."""
+        return None
+
+    async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
+        return await self.platform.policy_violations(namespace, spec)
+
+    def platforms(self) -> list[PodPlatform]:
+        return [self.platform]
+
+    async def retire_idle(self, in_use: set[str]) -> list[str]:
+        return []      # no driver process: the API client stays
 
 
 def default_ingest_url(port: int) -> str:
@@ -93,9 +147,9 @@ class PodSupport:
         self.server = IngestServer(self.inbox, host=host, port=port)
         self._url = url
         self._policy = {"allow": allow, "namespace_opt_in": namespace_opt_in, "priority_classes": priority_classes}
-        self.handle: PodClusterHandle | None = None
+        self.handle: PodPlatform | None = None
 
-    async def start(self) -> PodClusterHandle:
+    async def start(self) -> PodPlatforms:
         """Listen for results; a port already taken is reported on pod Experiments, not fatal."""
         problem = ""
         try:
@@ -104,8 +158,8 @@ class PodSupport:
             problem = f"the result ingest endpoint cannot listen on port {self.server.port}: {error}"
             log.error("%s; Experiments with executor: pod will not run", problem)
         executor = PodExecutor(self.inbox, self._url or default_ingest_url(self.server.port), **self._policy)
-        self.handle = PodClusterHandle(executor, problem)
-        return self.handle
+        self.handle = PodPlatform(executor, problem)
+        return PodPlatforms(self.handle)
 
     async def stop(self) -> None:
         await self.server.stop()

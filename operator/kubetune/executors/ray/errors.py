@@ -1,16 +1,25 @@
 """Which errors of a Ray call mean "the cluster cannot be reached", so the controller
 marks the cluster unavailable and reconnects instead of failing a trial.  The
-controller asks this through ``RayExecutor.is_unavailable`` and never imports Ray."""
+controller asks this through its ``Platform`` (``classify``) and never imports Ray.
+
+Ray itself is imported lazily: a driver process's parent (executors/ray/process.py)
+raises ``RayUnavailableError`` without importing Ray."""
 from __future__ import annotations
 
-from ray.exceptions import GetTimeoutError, RaySystemError
-
-from kubetune.executors.base import RayUnavailableError
+from kubetune.executors.base import PlatformUnavailableError
 
 # gRPC's error from the GCS client; its class moves between Ray's private modules
 _BY_NAME = {"RpcError"}
 
 
+class RayUnavailableError(PlatformUnavailableError):
+    """The Ray cluster cannot be reached; ``address`` and ``cause`` say which and why."""
+
+    def __init__(self, address: str, cause: str):
+        super().__init__(address, cause, f"Ray at {address!r} is unavailable: {cause}")
+
+
 def is_unavailable(error: BaseException) -> bool:
-    return isinstance(error, (RayUnavailableError, ConnectionError, RaySystemError, GetTimeoutError)) \
+    from ray.exceptions import GetTimeoutError, RaySystemError
+    return isinstance(error, (PlatformUnavailableError, ConnectionError, RaySystemError, GetTimeoutError)) \
         or type(error).__name__ in _BY_NAME

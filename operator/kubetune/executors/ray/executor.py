@@ -47,13 +47,12 @@ import ray
 from ray.exceptions import RaySystemError
 
 from kubetune.core.resources import Resources
-from kubetune.executors.base import (ClusterResources, LaunchInfo, LaunchRequest, NodeResources,
-                                     RayUnavailableError, TrialUpdate)
+from kubetune.executors.base import ClusterResources, LaunchInfo, LaunchRequest, NodeResources, TrialUpdate
 from kubetune.executors.ray.autoscaler import read_node_types, request_resources
 from kubetune.executors.ray import answers, checked
 from kubetune.executors.ray.answers import AnswerError, call, read, ready
 from kubetune.executors.ray.discovery import ActorDiscovery
-from kubetune.executors.ray.errors import is_unavailable
+from kubetune.executors.ray.errors import RayUnavailableError, is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix, namespace_of_actor
 from kubetune.executors.ray.results import (Slot, fetch_results, is_dead, is_ready, mark_dead, settle_acks,

@@ -26,7 +26,8 @@ import ray
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from kubetune.executors.base import LaunchRequest, RayUnavailableError
+from kubetune.executors.base import LaunchRequest
+from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.spec.model import TrialResources
 from kubetune.spec.trial_key import TrialKey
 # the actor class lives in a light module: every worker process imports it on start

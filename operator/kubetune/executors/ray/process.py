@@ -38,7 +38,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
-from kubetune.executors.base import ExecutorError, RayUnavailableError
+from kubetune.executors.base import ExecutorError, PlatformUnavailableError
+from kubetune.executors.ray.errors import RayUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class DriverProcess:
     def is_unavailable(error: BaseException) -> bool:
         """As ``RayExecutor.is_unavailable``, by name: Ray is not imported in this process
         for the driver processes' sake."""
-        return isinstance(error, (RayUnavailableError, ConnectionError)) or type(error).__name__ in CONNECTION_ERRORS
+        return isinstance(error, (PlatformUnavailableError, ConnectionError)) or type(error).__name__ in CONNECTION_ERRORS
 
     def disconnect(self) -> None:
         if self._child is not None and not self._child.ended:

@@ -1,5 +1,6 @@
-"""One handle per Ray cluster, shared by every Experiment that runs on it: the
-executor (connection), the resource ledger, and the aggregated autoscaler request.
+"""The Ray platform: one ``RayPlatform`` per Ray cluster, shared by every Experiment
+that runs on it: the executor (connection), the resource ledger, and the aggregated
+autoscaler request.  ``RayPlatforms`` is its ``PlatformProvider`` (one per address).
 
 Each Ray address an Experiment names gets a connection of its own, and an address
 that cannot be reached (a typo, ``auto`` with no Ray nearby) fails only the
@@ -20,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from kubetune.core.resources import ResourceLedger, Resources
-from kubetune.executors.base import RayUnavailableError
+from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
+from kubetune.spec.model import ExperimentSpec
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,12 @@ MAX_RECONNECT_BACKOFF_SECONDS = 30.0
 DRIVER_IDLE_SECONDS = 300.0
 
 
-class ClusterHandle:
+class RayPlatform(ExecutorPlatform):
+    """One Ray cluster, shared by every Experiment that runs on it (``Platform``)."""
+
+    lost_run_message = "trial's Ray actor is gone (worker or node died)"
+    idle_connection_ends = True     # a driver process nobody needs is ended (retire)
+
     def __init__(self, address: str, executor_factory: Callable[[str], Any],
                  clock: Callable[[], float] = time.time) -> None:
         self.address = address
@@ -116,6 +123,29 @@ class ClusterHandle:
             await asyncio.to_thread(getattr(executor, "close", None) or executor.disconnect)
             return True
 
+    async def end_runs(self, prefix: str) -> bool:
+        if not await self.ensure_connected():
+            return False
+        stopped = await asyncio.to_thread(self.executor.stop_all, prefix)
+        if stopped:
+            log.info("%s: stopped %d actors of the finished experiment", prefix.rstrip("/"), stopped)
+        # the trials it left queued are out of the ledger: withdraw their autoscaler demand
+        # now, since a finished Experiment's cycles make no Ray call (idle_connection_ends) and
+        # the request stands until replaced (extra GPU nodes would stay up); retried next
+        # cycle if it failed
+        return await self.sync_autoscaler_request()
+
+    async def end_all(self, prefix: str) -> int:
+        # every actor and placement group under the experiment, pooled workers included
+        await asyncio.to_thread(self.executor.stop_all, prefix)
+        return await asyncio.to_thread(self.executor.remaining, prefix)
+
+    async def release(self, trial_keys: list[str]) -> None:
+        for key in trial_keys:
+            self.ledger.release(key)
+        # its queued demand goes with it, even if no other Experiment runs a cycle
+        await self.sync_autoscaler_request()
+
     async def refresh_capacity(self) -> None:
         async with self._lock:
             await self._refresh_capacity_locked(force=False)
@@ -164,25 +194,23 @@ def _cause(error: BaseException | str) -> object:
     return getattr(error, "cause", None) or error
 
 
-class RayAddressRefused(RayUnavailableError):
-    """An executor this operator will not use for an Experiment (its own failure, not the
-    cluster's): a Ray address it does not connect to, or the pod executor when off."""
+class RayAddressRefused(PlatformRefused):
+    """A Ray address this operator does not connect to: the message says what to change."""
 
-    def __init__(self, address: str, cause: str):
-        super().__init__(address, cause)
-        self.args = (cause,)     # the message is the reason alone: it says what to change
+    def __init__(self, cause: str):
+        super().__init__("RayAddressRefused", cause)
 
 
-class ClusterRegistry:
-    """Operator-wide: the one ClusterHandle per Ray address.
+class RayPlatforms:
+    """Operator-wide: the one RayPlatform per Ray address (the ``PlatformProvider`` of
+    ``spec.executor: ray``).
 
     ``executor_factory`` makes the executor of ``default_address`` (this process's Ray
     driver); ``separate_factory`` that of any other address (a driver process of its
     own).  Without it (``kubetune run``: one Experiment, one address) other addresses
     are refused."""
 
-    def __init__(self, default_address: str, executor_factory: Callable[[str], Any],
-                 pod_cluster: Any = None, *, allow_local: bool = True, pod_refusal: str = "",
+    def __init__(self, default_address: str, executor_factory: Callable[[str], Any], *, allow_local: bool = True,
                  separate_factory: Callable[[str], Any] | None = None,
                  idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.default_address = default_address
@@ -193,17 +221,32 @@ class ClusterRegistry:
         self.allow_local = allow_local
         self._executor_factory = executor_factory
         self._separate_factory = separate_factory
-        self._handles: dict[str, ClusterHandle] = {}
-        self.pod_cluster = pod_cluster    # executors.pods.cluster.PodClusterHandle; None: not offered
-        self.pod_refusal = pod_refusal    # why not, when the operator says so (pod executor off)
+        self._handles: dict[str, RayPlatform] = {}
 
     def resolve(self, requested: str | None) -> str:
         return requested or self.default_address
 
-    def get(self, address: str) -> ClusterHandle:
+    def platform_for(self, spec: ExperimentSpec) -> RayPlatform:
+        return self.get(self.resolve(spec.ray.address))
+
+    def cleanup_platform(self, spec: Mapping[str, Any]) -> RayPlatform | None:
+        """The Ray cluster a deleted Experiment's trials ran on; None for an address this
+        operator refuses (nothing ran there)."""
+        try:
+            return self.get(self.resolve((spec.get("ray") or {}).get("address")))
+        except PlatformRefused:
+            return None
+
+    async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
+        return []
+
+    def platforms(self) -> list[RayPlatform]:
+        return list(self._handles.values())
+
+    def get(self, address: str) -> RayPlatform:
         if address == "local" and not self.allow_local:
             raise RayAddressRefused(
-                address, "Ray address 'local' would run trials inside the operator's pod, next to its "
+                "Ray address 'local' would run trials inside the operator's pod, next to its "
                 "ServiceAccount token; start the operator with --allow-local-ray to allow it")
         if address not in self._handles:
             if address == self.default_address:
@@ -212,9 +255,9 @@ class ClusterRegistry:
                 factory = self._separate_factory
             else:
                 raise RayAddressRefused(
-                    address, f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
+                    f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
                     "needs `kubetune operator`, which connects to each address an Experiment names")
-            self._handles[address] = ClusterHandle(address, factory)
+            self._handles[address] = RayPlatform(address, factory)
         return self._handles[address]
 
     async def retire_idle(self, in_use: set[str]) -> list[str]:
@@ -237,14 +280,3 @@ class ClusterRegistry:
                          address, now - since)
                 retired.append(address)
         return retired
-
-    def pods(self) -> Any:
-        """The handle for ``spec.executor: pod`` (trials as Kubernetes pods)."""
-        if self.pod_cluster is None:
-            raise RayAddressRefused("executor: pod", self.pod_refusal or (
-                "executor: pod needs the operator (`kubetune operator`), which runs "
-                "trials as pods and receives their results; `kubetune run` runs Ray trials only"))
-        return self.pod_cluster
-
-    def handles(self) -> list[ClusterHandle]:
-        return list(self._handles.values()) + ([self.pod_cluster] if self.pod_cluster is not None else [])
