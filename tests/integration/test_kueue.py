@@ -16,7 +16,7 @@ from kubernetes import client
 
 from k8s_helpers import GROUP, VERSION, create, experiment_gone, wait_condition
 from kube_fixtures import Kubectl, temporary_namespace, wait_for
-from kubetune.core.admission import ADMISSION_GATE
+from kubetune.executors.pods.kueue import ADMISSION_GATE
 from kubetune.devcluster.build import kubectl as kubectl_binary
 from kubetune.devcluster.processes import free_port
 from kubetune.k8s.kueue import KueueApi

@@ -1,5 +1,5 @@
-"""Kueue admission as trial states (core/admission.py) and the runner's rules for it:
-the admission window, a preemption as a pause, the queue-wait summary.  Pure."""
+"""Kueue admission as trial states (executors/pods/kueue.py) and the runner's rules for it
+(core/admission.py): the admission window, a preemption as a pause, the queue-wait summary.  Pure."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from kubetune.core import admission
+from kubetune.executors.pods import kueue
 from kubetune.core.types import LaunchTrial, PauseTrial, Result, TrialPhase
 from kubetune.spec import SpecError
 from unit_helpers import make_runner, make_spec, of_type
@@ -16,18 +17,18 @@ POD_TEMPLATE = {"spec": {"containers": [{"name": "train", "image": "trainer:1"}]
 
 def pod(*, gated: bool = True, queue: str = "tuning", conditions: tuple = (), created: str = "2026-01-01T00:00:00Z"):
     return {"metadata": {"name": "t-0-a0", "uid": "u1", "creationTimestamp": created,
-                         "labels": {admission.QUEUE_LABEL: queue}},
-            "spec": {"schedulingGates": [{"name": admission.ADMISSION_GATE}] if gated else []},
+                         "labels": {kueue.QUEUE_LABEL: queue}},
+            "spec": {"schedulingGates": [{"name": kueue.ADMISSION_GATE}] if gated else []},
             "status": {"phase": "Pending", "conditions": list(conditions)}}
 
 
 def test_a_gated_pod_waits_for_admission_in_its_queue():
-    state = admission.admission(pod(), None)
+    state = kueue.admission(pod(), None)
     assert state.waiting == admission.QUEUED and not state.evicted and state.queue_wait_s is None
     assert state.message == "waiting for Kueue admission in queue tuning"
     why = {"status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
                                       "message": "couldn't assign flavors to pod set main: insufficient quota"}]}}
-    assert admission.admission(pod(), why).message.endswith("insufficient quota")
+    assert kueue.admission(pod(), why).message.endswith("insufficient quota")
 
 
 def test_quota_reserved_with_a_pending_check_is_provisioning():
@@ -35,14 +36,14 @@ def test_quota_reserved_with_a_pending_check_is_provisioning():
                            "admissionChecks": [{"name": "prov", "state": "Pending",
                                                 "message": "waiting for the cluster autoscaler"},
                                                {"name": "other", "state": "Ready"}]}}
-    state = admission.admission(pod(), workload)
+    state = kueue.admission(pod(), workload)
     assert state.waiting == admission.PROVISIONING
     assert "prov: waiting for the cluster autoscaler" in state.message and "other" not in state.message
 
 
 def test_an_admitted_pod_reports_its_queue_wait():
     scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:42Z"}
-    state = admission.admission(pod(gated=False, conditions=(scheduled,)), None)
+    state = kueue.admission(pod(gated=False, conditions=(scheduled,)), None)
     assert not state.waiting and state.queue_wait_s == 42.0
 
 
@@ -50,8 +51,8 @@ def test_an_admitted_pod_reports_its_queue_wait():
     ("Preempted to accommodate a workload (UID: x) due to prioritization in the ClusterQueue", admission.PREEMPTED),
     ("The workload is deactivated", admission.EVICTED)])
 def test_a_pod_kueue_stops_is_evicted(message, reason):
-    stopped = {"type": admission.TERMINATION_TARGET, "status": "True", "reason": "WorkloadEvicted", "message": message}
-    state = admission.admission(pod(gated=False, conditions=(stopped,)), None)
+    stopped = {"type": kueue.TERMINATION_TARGET, "status": "True", "reason": "WorkloadEvicted", "message": message}
+    state = kueue.admission(pod(gated=False, conditions=(stopped,)), None)
     assert state.evicted == reason and state.message == message
 
 
@@ -63,14 +64,14 @@ def test_the_latest_stopped_event_of_the_pod_says_why():
               {"reason": "Stopped", "involvedObject": {"name": "other"}, "lastTimestamp": "2026-01-01T00:00:10Z",
                "message": "not this pod"},
               {"reason": "Started", "involvedObject": {"name": "t-0-a0"}, "lastTimestamp": "2026-01-01T00:00:11Z"}]
-    assert admission.stop_message(events, "t-0-a0") == "Preempted to accommodate a workload"
-    assert admission.stop_message(events[3:], "t-0-a0") is None
+    assert kueue.stop_message(events, "t-0-a0") == "Preempted to accommodate a workload"
+    assert kueue.stop_message(events[3:], "t-0-a0") is None
 
 
 def test_a_trial_queued_again_after_a_preemption_says_preempted():
-    assert admission.shown_waiting(admission.QUEUED, "waiting", 2, True)[0] == admission.PREEMPTED
-    assert admission.shown_waiting(admission.QUEUED, "waiting", 2, False) == (admission.QUEUED, "waiting")
-    assert admission.shown_waiting(admission.PROVISIONING, "checks", 1, True)[0] == admission.PROVISIONING
+    assert kueue.shown_waiting(admission.QUEUED, "waiting", 2, True)[0] == admission.PREEMPTED
+    assert kueue.shown_waiting(admission.QUEUED, "waiting", 2, False) == (admission.QUEUED, "waiting")
+    assert kueue.shown_waiting(admission.PROVISIONING, "checks", 1, True)[0] == admission.PROVISIONING
 
 
 # ---------------------------------------------------------------- spec
@@ -102,7 +103,7 @@ def test_at_most_the_window_waits_for_admission_and_an_admission_frees_a_place()
     more = of_type(runner.on_admission("exp-0", False, 5.0, queue_wait_s=5.0), LaunchTrial)
     assert [d.name for d in more] == ["exp-2"]
     assert runner.on_admission("exp-0", False, 6.0, queue_wait_s=6.0) == []   # counted once
-    summary = runner.summary(6.0).kueue
+    summary = runner.summary(6.0).admissions
     assert summary["admissions"] == 1 and summary["waitingForAdmission"] == 2
     assert summary["queueWaitSeconds"] == {"total": 5.0, "mean": 5.0, "max": 5.0}
 
@@ -128,7 +129,7 @@ def test_a_preempted_trial_pauses_and_resumes_from_its_checkpoint_without_a_fail
     [again] = of_type(runner.step(4.0), LaunchTrial)
     assert (again.attempt, again.checkpoint, again.start_iteration, again.last_result_seq) == (1, "ckpt/1", 1, 0)
     assert runner.awaiting_admission() == ["exp-0"]
-    assert runner.summary(4.0).kueue["evictions"] == 1
+    assert runner.summary(4.0).admissions["evictions"] == 1
     assert not runner.finished
 
 
@@ -241,7 +242,7 @@ def test_a_200_trial_experiment_in_a_contended_queue_keeps_both_bounds_and_finis
     from kubetune.core.simulate import Simulator
     from unit_helpers import quadratic
     runner = make_runner(kueue_spec(maxTrials=200, parallelism=parallelism, admissionWindow=window))
-    sim = Simulator(runner, quadratic, trial_length=3, kueue_quota=3,
+    sim = Simulator(runner, quadratic, trial_length=3, admission_quota=3,
                     foreign_usage=lambda now: 3 if int(now) % 40 < 25 else (1 if int(now) % 40 < 32 else 0))
     most_waiting = 0
     for _ in range(5000):
@@ -255,7 +256,7 @@ def test_a_200_trial_experiment_in_a_contended_queue_keeps_both_bounds_and_finis
     summary = runner.summary(sim.now)
     assert summary.counts["Succeeded"] == 200 and summary.counts["Failed"] == 0
     assert most_waiting == window                        # the window was used, beyond parallelism
-    assert summary.kueue["admissions"] >= 200
+    assert summary.admissions["admissions"] >= 200
 
 
 def test_preemptions_are_pauses_for_asha_and_the_failure_budgets():
@@ -268,7 +269,7 @@ def test_preemptions_are_pauses_for_asha_and_the_failure_budgets():
                      budget={"maxTrials": 40, "parallelism": 2, "admissionWindow": 2, "maxFailedTrials": 0})
     runner = make_runner(spec)
     preempted = {f"exp-{i}" for i in range(0, 40, 3)}
-    sim = Simulator(runner, quadratic, kueue_quota=2, foreign_usage=lambda now: 1 if int(now) % 10 < 5 else 0,
+    sim = Simulator(runner, quadratic, admission_quota=2, foreign_usage=lambda now: 1 if int(now) % 10 < 5 else 0,
                     faults=lambda name, attempt, iteration: "preempted" if name in preempted and attempt == 0
                     and iteration == 2 else None)
     assert sim.run(5000) is not None and runner.finished.reason == "MaxTrialsReached"
@@ -276,4 +277,4 @@ def test_preemptions_are_pauses_for_asha_and_the_failure_budgets():
         trial = runner.trials[name]
         assert trial.evictions == 1 and trial.failures == 0 and trial.phase is not TrialPhase.FAILED
         assert trial.iteration >= 2             # resumed past the preemption: judged at the rung it reached
-    assert runner.summary(sim.now).kueue["evictions"] == len(preempted)
+    assert runner.summary(sim.now).admissions["evictions"] == len(preempted)

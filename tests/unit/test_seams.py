@@ -9,6 +9,7 @@
   top-level module such as handlers.py);
 - the controller never chooses a platform (no ``isinstance`` on a handle, no
   ``executor == "pod"``, no ``getattr`` past a protocol);
+- core/ names no platform (neither Kueue nor Ray: executors/ parses their objects);
 
 Each rule is checked against the tree and against a planted violation, so a rule
 that stopped seeing imports would fail here rather than pass forever.
@@ -188,3 +189,33 @@ def test_the_platform_choice_rule_sees_a_planted_violation(tmp_path):
     assert platform_choices(tmp_path) == {"planted.py": [
         'if spec.executor == "pod":', 'close = getattr(executor, "close", None)',
         'if isinstance(cluster, ClusterHandle):']}
+
+
+# core/ is platform-neutral: Kueue's objects are parsed in executors/pods/kueue.py and
+# Ray's in executors/ray/; "Ray Tune" (the lineage of the runner's hooks) is no platform.
+PLATFORM_NAMES = re.compile(r"\bkueue\b|\bray\b(?! tune)", re.IGNORECASE)
+
+
+def platform_names(under: pathlib.Path) -> dict[str, list[str]]:
+    """{file: its lines that name a platform}, for the Python files under ``under``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(under.rglob("*.py")):
+        lines = [line.strip() for line in path.read_text().splitlines() if PLATFORM_NAMES.search(line)]
+        if lines:
+            found[str(path.relative_to(under))] = lines
+    return found
+
+
+def test_core_names_neither_kueue_nor_ray():
+    assert platform_names(PACKAGE / "core") == {}
+
+
+def test_the_platform_name_rule_sees_a_planted_violation(tmp_path):
+    (tmp_path / "planted.py").write_text(
+        "import ray\n"
+        "# waits for Kueue admission\n"
+        'QUEUE = "kueue.x-k8s.io/queue-name"\n'
+        "# the scheduler hooks of Ray Tune\n"
+        "array = [1]\n")
+    assert platform_names(tmp_path) == {"planted.py": [
+        "import ray", "# waits for Kueue admission", 'QUEUE = "kueue.x-k8s.io/queue-name"']}

@@ -300,8 +300,8 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     if finished is not None:
         status["completionTime"] = previous.get("completionTime") or rfc3339(now)
     status.update(outcome_fields(summary.outcomes))
-    if summary.kueue:
-        status["kueue"] = dict(summary.kueue)
+    if summary.admissions:   # the status field's name says which queue: spec.queue is Kueue's
+        status["kueue"] = dict(summary.admissions)
     # Conditions are what kubectl wait, Argo CD and a restarted operator read the outcome
     # from: they are never what fit() cuts (each message is already capped at 1 KiB);
     # the rest is shrunk into what they leave.

@@ -1,5 +1,5 @@
 """Pure decision logic: the trial runner, the resource ledger, search and schedulers.
-No I/O, no clock, no Ray, no Kubernetes: the controller feeds events and the time in.
+No I/O, no clock, no platform (executors/), no Kubernetes: the controller feeds events and the time in.
 
 May import: spec/ (the data model), Optuna, NumPy; nothing of kubetune above it
 (tests/unit/test_purity.py)."""

@@ -1,11 +1,11 @@
-"""The per-Ray-cluster ledger that decides who may start, over spec.resources.Resources
+"""The per-cluster ledger that decides who may start, over spec.resources.Resources
 (the one resource type; re-exported here).
 
-One ``ResourceLedger`` is shared by every Experiment on the same Ray cluster: a
+One ``ResourceLedger`` is shared by every Experiment on the same cluster: a
 trial only launches when the ledger grants all of its bundles (a placement group
-starts all or nothing), and what is waiting is remembered so the Ray autoscaler
+starts all or nothing), and what is waiting is remembered so the cluster's autoscaler
 can be told about it and freed resources go to whoever waited longest.
-Pure bookkeeping: the executor feeds it the cluster's shape, nothing here asks Ray.
+Pure bookkeeping: the platform feeds it the cluster's shape, nothing here asks it.
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class _Waiting:
 
 
 class ResourceLedger:
-    """Who holds what on one Ray cluster, and who is waiting for what."""
+    """Who holds what on one cluster, and who is waiting for what."""
 
     def __init__(self) -> None:
         self._total = Resources()
@@ -71,7 +71,7 @@ class ResourceLedger:
 
     def set_capacity(self, total: Resources, nodes: list[Resources] | None = None,
                      node_types: list[Resources] | None = None) -> None:
-        """The cluster's shape: ``nodes`` is the full capacity of each live node (as Ray
+        """The cluster's shape: ``nodes`` is the full capacity of each live node (as the platform
         reports it; the ledger subtracts what it granted itself), defaulting to one node
         holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
         None when the cluster cannot grow."""
@@ -220,7 +220,7 @@ class ResourceLedger:
         return [bundle for _, entry in self._queue() for bundle in entry.bundles]
 
     def autoscaler_request(self) -> list[Resources]:
-        """What to pass to ``ray.autoscaler.sdk.request_resources(bundles=...)``: the
+        """What to pass to the platform's autoscaler request (its ``request_resources``): the
         autoscaler sizes the cluster to hold these bundles regardless of current use, so
         the request is everything held plus everything waiting, not the waiting part alone."""
         held = [bundle for placements in self._held.values() for _, bundle in placements]
@@ -270,7 +270,7 @@ class ResourceLedger:
         if entry is None:
             return ""
         if not self._known:
-            return "waiting for the Ray cluster's capacity to be known"
+            return "waiting for the cluster's capacity to be known"
         suffix = "; scale-up requested" if self.autoscaling else ""
         short = self._short_kinds(entry.bundles)
         if short:

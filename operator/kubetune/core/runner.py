@@ -51,7 +51,7 @@ class TrialRunner:
     def __init__(self, spec: ExperimentSpec, *, experiment: str, start_time: float,
                  ledger: ResourceLedger | None = None, owner: str | None = None,
                  warm_start: Iterable[WarmTrial] = (), warm_start_notes: Iterable[str] = ()) -> None:
-        """``ledger`` is shared by every experiment on the same Ray cluster (None: no
+        """``ledger`` is shared by every experiment on the same cluster (None: no
         resource limits, only ``parallelism``). A trial holds ledger resources as
         ``f"{owner}{trial}"``: pass a namespace-qualified prefix such as ``"ns/exp/"`` when
         experiments in different namespaces share a ledger (default ``f"{experiment}/"``)."""
@@ -75,11 +75,11 @@ class TrialRunner:
         self._bundles = trial_bundles(spec.trial.resources)
         self.finished: FinishExperiment | None = None
         self._front = pareto.FrontCache()
-        # launched trials Kueue has not admitted yet (spec.queue): RUNNING to the runner (the
-        # executor watches their pods) but holding no parallelism slot; at most
+        # launched trials the platform's queue has not admitted yet (spec.queue): RUNNING to
+        # the runner (the platform watches them) but holding no parallelism slot; at most
         # spec.budget.admissionWindow of them (core/admission.may_hand_over)
         self._awaiting_admission: set[str] = set()
-        # of those, the ones Kueue found no quota for at the last poll: the queue is full
+        # of those, the ones the queue found no room for at the last poll: the queue is full
         self._queue_full: set[str] = set()
         # after a restart: running trials whose admission is not known yet (counted in the
         # window until the first poll says; an admission seen then was counted before)
@@ -120,9 +120,9 @@ class TrialRunner:
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
             queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
-            outcomes=self._front.get(self), kueue=self._kueue_summary())
+            outcomes=self._front.get(self), admissions=self._admission_summary())
 
-    def _kueue_summary(self) -> dict[str, Any] | None:
+    def _admission_summary(self) -> dict[str, Any] | None:
         """Admissions, queue wait and evictions over every trial (a fixed-size summary)."""
         trials = self._trials.values()
         admissions = sum(t.queue_waits for t in trials)
@@ -289,7 +289,7 @@ class TrialRunner:
             if problem:
                 # Every trial asks for the same resources: if one can never run, none can.
                 return self._end(trial, FAILED, "Infeasible", problem, now) + self._finish(
-                    now, "Failed", "Infeasible", f"trials cannot run on this Ray cluster: {problem}")
+                    now, "Failed", "Infeasible", f"trials cannot run on this cluster: {problem}")
             self.ledger.set_waiting(owner, self._bundles, self.spec.priority)
             if not self.ledger.try_acquire(owner, self._bundles, self.spec.priority):
                 reason = self.ledger.queue_reason(owner)
@@ -313,16 +313,16 @@ class TrialRunner:
             trial.last_metrics = trial.history[-1] if trial.history else None
         self._set_phase(trial, RUNNING)
         trial.reason = trial.message = ""
-        if self.spec.queue:     # its pod waits for Kueue until the executor says it was admitted
+        if self.spec.queue:     # it waits in the platform's queue until the platform says it was admitted
             self._awaiting_admission.add(trial.name)
         return [LaunchTrial(trial.name, dict(trial.params), trial.checkpoint, start_iteration,
                             trial.attempt, trial.last_seq)]
 
-    # ------------------------------------------------------------------ Kueue admission
+    # ------------------------------------------------------------------ admission (spec.queue)
 
     def _slot_free(self) -> bool:
         """Room to launch one more trial: ``parallelism`` bounds the running trials; with
-        Kueue the admitted ones, and ``admissionWindow`` the ones waiting for admission (a
+        a queue (spec.queue) the admitted ones, and ``admissionWindow`` the ones waiting for admission (a
         1,000-trial Experiment would otherwise flood a ClusterQueue that admits about one
         workload per cycle)."""
         budget = self.spec.budget
@@ -343,10 +343,10 @@ class TrialRunner:
 
     def on_admission(self, name: str, waiting: bool, now: float, queue_wait_s: float | None = None,
                      queue_full: bool = False) -> list[Decision]:
-        """What the executor says of a running trial's pod: ``waiting`` for Kueue admission
-        (Queued or Provisioning; not running, not a failure; ``queue_full`` if Kueue found no
+        """What the platform says of a running trial: ``waiting`` for its queue's admission
+        (Queued or Provisioning; not running, not a failure; ``queue_full`` if the queue found no
         quota for it), or admitted after ``queue_wait_s`` seconds in the queue.  An admission
-        frees a place in the window; one beyond ``parallelism`` (Kueue admitted several
+        frees a place in the window; one beyond ``parallelism`` (the queue admitted several
         waiting trials at once) is given back: paused, it waits for a slot, not counted."""
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
@@ -368,13 +368,13 @@ class TrialRunner:
         self._awaiting_admission.discard(name)
         # admitted before the restart or while the operator was down: its queue wait is
         # unknown (not counted) and its run started when recorded, but it still goes
-        # through the parallelism check (Kueue may have admitted window trials meanwhile)
+        # through the parallelism check (the queue may have admitted window trials meanwhile)
         restored = name in self._admission_unknown
         self._admission_unknown.discard(name)
         if admitted_before >= self.spec.budget.parallelism and not self.spec.suspend:
             decisions = self._pause(trial, SchedulerDecision(
                 Action.PAUSE, admission.BEYOND_PARALLELISM,
-                f"admitted by Kueue while {admitted_before} trials run (parallelism "
+                f"admitted while {admitted_before} trials run (parallelism "
                 f"{self.spec.budget.parallelism}): given back, relaunched when a trial ends"), now)
             trial.relaunch = True
             return decisions
@@ -616,7 +616,7 @@ class TrialRunner:
                          evicted: str = "") -> list[Decision]:
         """The trial raised (or its actor died). Retry from the latest checkpoint while
         failures <= maxFailures; a ``cluster_fault`` (node lost, preemption) is retried
-        without counting against maxFailures.  ``evicted`` (Preempted, Evicted): Kueue took
+        without counting against maxFailures.  ``evicted`` (Preempted, Evicted): the platform's queue took
         the trial's quota back; a pause, not a failure: it resumes from its checkpoint
         when admitted again, and an ASHA rung it was in stays open."""
         trial = self._trials.get(name)
@@ -822,12 +822,12 @@ class TrialRunner:
         return trial
 
 
-# Cluster faults are retried without limit (preemptible nodes, a Ray head restarting), so
+# Cluster faults are retried without limit (preemptible nodes, a cluster head restarting), so
 # the Trial keeps only the latest of them; every counted failure stays (maxFailures bounds
 # them), since a restarted operator counts them again from the Trial.
 KEPT_CLUSTER_FAULTS = 10
 # failure_log reasons that do not count against maxFailures (a restarted operator reads
-# the Trial's list): the cluster's doing, and Kueue's evictions
+# the Trial's list): the cluster's doing, and the queue's evictions
 NOT_COUNTED = frozenset({"ClusterFault", admission.PREEMPTED, admission.EVICTED})
 
 

@@ -3,10 +3,10 @@
 Each tick, every running trial reports one iteration whose objective comes from a
 ``curve(params, iteration)``; faults can be injected per (trial, attempt, iteration).
 Pure and deterministic, so tests, the quality check and the 10k-trial benchmark drive
-the real ``TrialRunner`` with no Ray and no sleeps.
+the real ``TrialRunner`` with no platform and no sleeps.
 
-With ``kueue_quota`` a launched trial first waits in a FIFO queue, as a pod waits for
-Kueue: each tick the queue admits what fits in the quota (less ``foreign_usage``, another
+With ``admission_quota`` a launched trial first waits in a FIFO queue, as it waits in a
+platform's queue (spec.queue): each tick the queue admits what fits in the quota (less ``foreign_usage``, another
 team's share) and tells the runner, as the pod executor does, which trials wait and that
 the queue is full.
 """
@@ -23,7 +23,7 @@ from kubetune.core.types import (
 # the objective at (params, iteration), or every metric of that result (several objectives)
 Curve = Callable[[Mapping[str, Any], int], "float | Mapping[str, float]"]
 # (trial name, attempt, iteration about to be reported) -> None, "error", "cluster" or
-# "preempted" (Kueue took the trial's quota back: its pod is gone, a pause)
+# "preempted" (the queue took the trial's quota back: its run is gone, a pause)
 Faults = Callable[[str, int, int], "str | None"]
 
 
@@ -49,7 +49,7 @@ class Simulator:
     log: list[Decision] = field(default_factory=list)
     iterations_run: int = 0                # results delivered: the compute spent
     keep_log: bool = True
-    kueue_quota: int | None = None         # trials a Kueue ClusterQueue admits at once; None: no Kueue
+    admission_quota: int | None = None     # trials the queue admits at once; None: no queue
     foreign_usage: Callable[[float], int] = lambda now: 0   # of that quota, what others hold at ``now``
     waiting: dict[str, SimTrial] = field(default_factory=dict)   # launched, not admitted, in FIFO order
     # simulated seconds each trial spent running (every attempt), and the most running at once:
@@ -64,17 +64,17 @@ class Simulator:
             if isinstance(decision, LaunchTrial):
                 trial = SimTrial(decision.name, decision.params, decision.start_iteration,
                                  decision.last_result_seq, decision.attempt, queued_at=self.now)
-                (self.running if self.kueue_quota is None else self.waiting)[decision.name] = trial
+                (self.running if self.admission_quota is None else self.waiting)[decision.name] = trial
                 self.apply(self.runner.on_trial_launched(decision.name, self.now))
             elif isinstance(decision, (StopTrial, PauseTrial)):
                 self.running.pop(decision.name, None)
                 self.waiting.pop(decision.name, None)
 
     def admit(self) -> None:
-        """Kueue's turn: admit the waiting trials that fit, oldest first; the rest wait."""
-        if self.kueue_quota is None:
+        """The queue's turn: admit the waiting trials that fit, oldest first; the rest wait."""
+        if self.admission_quota is None:
             return
-        free = self.kueue_quota - len(self.running) - self.foreign_usage(self.now)
+        free = self.admission_quota - len(self.running) - self.foreign_usage(self.now)
         for trial in list(self.waiting.values()):
             if self.waiting.get(trial.name) is not trial:
                 continue

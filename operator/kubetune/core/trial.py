@@ -44,12 +44,12 @@ class TrialInfo:
     start_time: float | None = None
     attempt_start: float | None = None         # when the current run was launched (trial.timeout)
     completion_time: float | None = None
-    # Kueue (spec.queue): seconds its pods waited for admission, over how many admissions,
-    # and how often Kueue evicted (preempted) it
+    # a platform queue (spec.queue): seconds it waited for admission, over how many
+    # admissions, and how often the queue evicted (preempted) it
     queue_wait_s: float = 0.0
     queue_waits: int = 0
     evictions: int = 0
-    admitted_attempt: int | None = None        # the attempt Kueue admitted last
+    admitted_attempt: int | None = None        # the attempt the queue admitted last
 
     @property
     def launchable(self) -> bool:

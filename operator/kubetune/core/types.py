@@ -61,9 +61,9 @@ class TrialRecord:
     best_value: float | None = None               # best finite objective
     best_iteration: int | None = None
     decision_state: Mapping[str, Any] | None = None   # TrialRunner.decision_state
-    queue_wait_s: float = 0.0                     # Kueue: seconds waited for admission, all attempts
-    queue_waits: int = 0                          # Kueue: admissions
-    evictions: int = 0                            # Kueue: evictions (preemptions)
+    queue_wait_s: float = 0.0                     # spec.queue: seconds waited for admission, all attempts
+    queue_waits: int = 0                          # spec.queue: admissions
+    evictions: int = 0                            # spec.queue: evictions (preemptions)
 
 
 # ---------------------------------------------------------------- decisions
@@ -145,4 +145,4 @@ class ExperimentSummary:
     finished: FinishExperiment | None = None
     max_trials: int = 0                                     # for progress: done/max_trials
     outcomes: Any = None    # core.pareto.Outcomes: Pareto front, hypervolume, reused and warm-start trials
-    kueue: Mapping[str, Any] | None = None   # admissions, queue wait, evictions (spec.queue); None without
+    admissions: Mapping[str, Any] | None = None   # admissions, queue wait, evictions (spec.queue); None without

@@ -96,7 +96,8 @@ class TrialUpdate:
     # it yet, e.g. a pod the kube-scheduler cannot place: shown as Queued with this reason
     waiting_reason: str = ""
     waiting_message: str = ""
-    # Kueue (core/admission.py): ``awaiting_admission`` while its pod waits for admission
+    # a platform admission queue (core/admission.py; Kueue: executors/pods/kueue.py):
+    # ``awaiting_admission`` while its pod waits for admission
     # (waiting_reason says Queued or Provisioning; ``queue_full`` if Kueue found no quota
     # for it); ``queue_wait_s`` once admitted; ``evicted`` (Preempted, Evicted) with
     # MISSING when Kueue took the pod away

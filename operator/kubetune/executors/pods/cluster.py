@@ -5,7 +5,7 @@ Ray cluster's: the kube-scheduler, not kubetune, decides where and when a pod
 runs, so the ledger grants every trial at once (the runner launches up to
 ``parallelism`` and a pod the scheduler cannot place shows as Queued, see
 ``controller/platform_queue.py``); there is no connection to lose, only the API server;
-and Kueue (core/admission.py) says what a queued pod waits for.  ``PodPlatforms`` is
+and Kueue (kueue.py) says what a queued pod waits for.  ``PodPlatforms`` is
 its ``PlatformProvider``: one PodPlatform for the whole operator.
 
 ``PodSupport`` wires the operator-wide parts: one ``ResultInbox``, the HTTP ingest
@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-from kubetune.core import admission
+from kubetune.executors.pods import kueue
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.base import LaunchRequest
 from kubetune.executors.platform import ExecutorPlatform
@@ -82,11 +82,11 @@ class PodPlatform(ExecutorPlatform):
         # Kueue's webhook gates the pod as it is created: Queued from the start (a Trial
         # written now, or before the first poll, must not say Running)
         if request.queue:
-            return admission.QUEUED, f"waiting for Kueue admission in queue {request.queue}"
+            return kueue.QUEUED, f"waiting for Kueue admission in queue {request.queue}"
         return None
 
     def shown_waiting(self, reason: str, message: str, evictions: int, since_eviction: bool) -> tuple[str, str]:
-        return admission.shown_waiting(reason, message, evictions, since_eviction)
+        return kueue.shown_waiting(reason, message, evictions, since_eviction)
 
     async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
         return await asyncio.to_thread(self.executor.policy_violations, namespace, spec.trial.template,

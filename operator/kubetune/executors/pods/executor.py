@@ -29,7 +29,7 @@ over with the state read from the pod:
   evicted, preempted or lost with its node: missing, a cluster fault (retried
   without counting against ``maxFailures``); gone altogether: missing.
 
-With Kueue (``spec.queue``; core/admission.py) a trial's pod carries the LocalQueue and
+With Kueue (``spec.queue``; kueue.py) a trial's pod carries the LocalQueue and
 WorkloadPriorityClass labels of Kueue's Pod integration, and its state says:
 
 - gated by Kueue: running for the runner, ``awaiting_admission`` with the reason
@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kubetune.core import admission
+from kubetune.executors.pods import kueue
 from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
                                      NodeResources, TrialState, TrialUpdate)
@@ -280,26 +280,26 @@ class PodExecutor:
                 queue = self._queues.get(key)
             if started is not None and started >= listed_at:   # created after the last listing
                 if queue:        # Kueue's webhook gated it as it was created
-                    return TrialUpdate(key, TrialState.RUNNING, waiting_reason=admission.QUEUED, awaiting_admission=True,
+                    return TrialUpdate(key, TrialState.RUNNING, waiting_reason=kueue.QUEUED, awaiting_admission=True,
                                        waiting_message=f"waiting for Kueue admission in queue {queue}", **common)
                 return TrialUpdate(key, TrialState.RUNNING, **common)
             name = pod_spec.pod_name(TrialKey.parse(key).trial, attempt or 0)
             stopped = self._kueue_stop_message(key, name)
             if stopped is not None:     # Kueue evicted it and its pod is gone already
-                evicted = admission.eviction(stopped)
+                evicted = kueue.eviction(stopped)
                 return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=evicted.evicted,
                                    error=f"{evicted.evicted} by Kueue: {evicted.message}", **common)
             return TrialUpdate(key, TrialState.MISSING, cluster_fault=True,
                                error=f"the trial's pod {name} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
-        if admission.managed(pod):
+        if kueue.managed(pod):
             namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:
                 listing = self._listings[(namespace, experiment)]
                 workload = listing.workloads.get(pod["metadata"].get("uid"))
-                local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL))
-            kueue_state = admission.admission(pod, workload, local_queue)
+                local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL))
+            kueue_state = kueue.admission(pod, workload, local_queue)
             # also for an ended or evicted pod: a trial admitted and stopped between two
             # polls was admitted all the same
             common["queue_wait_s"] = kueue_state.queue_wait_s
@@ -363,19 +363,19 @@ class PodExecutor:
         """For the pods Kueue gates: their Workloads (quota reserved, a check pending:
         Provisioning) and LocalQueues (how many wait there).  Read only while some pod is
         gated; unreadable (no RBAC for Kueue's kinds): the pods still say Queued."""
-        gated = [pod for pod in pods.values() if admission.gated(pod)]
+        gated = [pod for pod in pods.values() if kueue.gated(pod)]
         if not gated:
             return {}, {}
         uids = {pod["metadata"].get("uid") for pod in gated}
-        queues = {(pod["metadata"].get("labels") or {}).get(admission.QUEUE_LABEL) for pod in gated} - {None}
+        queues = {(pod["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL) for pod in gated} - {None}
         try:
-            workloads = {admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace, uids)
-                         if admission.workload_owner(w) in uids}
+            workloads = {kueue.workload_owner(w): w for w in self.kueue.list_workloads(namespace, uids)
+                         if kueue.workload_owner(w) in uids}
             if uids - set(workloads) and self._full_workload_list_due(namespace):
                 # a Kueue that does not label its Workloads (or not yet): the namespace's, paginated,
                 # at most every KUEUE_FULL_LIST_INTERVAL_S
-                workloads.update({admission.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
-                                  if admission.workload_owner(w) in uids})
+                workloads.update({kueue.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
+                                  if kueue.workload_owner(w) in uids})
             local_queues = {name: found for name in queues
                             if (found := self.kueue.local_queue(namespace, name)) is not None}
         except Exception as error:  # noqa: BLE001 - see above
@@ -397,7 +397,7 @@ class PodExecutor:
         namespace = TrialKey.parse(key).namespace
         try:
             events = self.api.list_events(namespace, f"involvedObject.kind=Pod,involvedObject.name={pod_name}")
-            return admission.stop_message(events, pod_name)
+            return kueue.stop_message(events, pod_name)
         except Exception as error:  # noqa: BLE001 - unreadable: taken as gone, still a cluster fault
             log.warning("reading the events of pod %s/%s failed: %s", namespace, pod_name, error)
             return None

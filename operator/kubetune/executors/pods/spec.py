@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from kubetune.core import admission
+from kubetune.executors.pods import kueue
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
 from kubetune.spec.pod_policy import KUEUE_PREFIX, restricted_defaults
 
@@ -194,11 +194,11 @@ def render_pod(template: Mapping[str, Any], *, namespace: str, experiment: str, 
     pod_labels = {**{k: v for k, v in (meta.get("labels") or {}).items() if not str(k).startswith(KUEUE_PREFIX)},
                   **labels(experiment, trial), LABEL_ATTEMPT: str(attempt)}
     # Kueue's Pod integration: its webhook gates a pod that names a LocalQueue until the
-    # workload is admitted (core/admission.py)
+    # workload is admitted (kueue.py)
     if queue:
-        pod_labels[admission.QUEUE_LABEL] = queue
+        pod_labels[kueue.QUEUE_LABEL] = queue
     if priority_class:
-        pod_labels[admission.PRIORITY_CLASS_LABEL] = priority_class
+        pod_labels[kueue.PRIORITY_CLASS_LABEL] = priority_class
     annotations = {**{k: v for k, v in (meta.get("annotations") or {}).items() if not str(k).startswith(KUEUE_PREFIX)},
                    ANNOTATION_TRIAL_KEY: f"{namespace}/{experiment}/{trial}"}
     if metrics_collector != "push":   # recorded on the pod: an operator restarted later reads it the same way
