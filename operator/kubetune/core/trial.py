@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kubetune.core.types import TrialPhase
+from kubetune.core.curve import add_point
+from kubetune.core.types import TrialPhase, TrialRecord
 
 
 # PBT exploits listed on a Trial: the latest (the last one says what it runs with)
@@ -60,3 +61,34 @@ class TrialInfo:
     def resuming(self) -> bool:
         """It ran before: a retry, an unpause or a PBT exploit (it starts from a checkpoint)."""
         return self.attempt > 0 or self.checkpoint is not None or self.iteration > 0
+
+
+def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
+    """A trial rebuilt from its persisted Trial after a restart (the runner adds its values:
+    runner.restore).  A full old history is thinned into a curve; a curve stays as it is."""
+    history: list[Mapping[str, Any]] = []
+    stride = record.history_stride
+    for point in record.history:    # already a curve: unchanged; a full old history: thinned
+        history, stride = add_point(history, stride, dict(point))
+    iteration = record.iteration
+    if iteration is None:
+        iteration = history[-1].get("iteration", len(history)) if history else 0
+    last_metrics = dict(record.last_metrics) if record.last_metrics is not None else \
+        history[-1] if history else None
+    trial = TrialInfo(
+        name=record.name, index=record.index, phase=record.phase,
+        params=dict(record.lineage[-1]["params"]) if record.lineage else dict(record.params),
+        suggested_params=dict(record.params),
+        reason=record.reason, message=record.message, iteration=iteration, history=history,
+        history_stride=stride, last_metrics=last_metrics, checkpoint=record.checkpoint,
+        checkpoint_iteration=(record.checkpoint_iteration if record.checkpoint_iteration is not None
+                              else iteration if record.checkpoint else 0),
+        attempt=record.attempt, failures=record.failures, parent=record.parent,
+        failure_log=[dict(entry) for entry in record.failure_log],
+        lineage=[dict(entry) for entry in record.lineage],
+        attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
+        evictions=record.evictions,
+        last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
+    trial.launched = record.phase not in (TrialPhase.PENDING, TrialPhase.QUEUED) or record.attempt > 0 or bool(history)
+    trial.relaunch = record.phase is TrialPhase.PAUSED and not suspended
+    return trial
