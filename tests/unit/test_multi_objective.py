@@ -12,7 +12,8 @@ from kubetune.controller import render
 from kubetune.core.pareto import FrontPoint, Outcomes
 from kubetune.core.schedulers import Action, scheduler_class
 from kubetune.core.schedulers.mo_asha import MOASHAScheduler
-from kubetune.core.search import Searcher, warm_trials
+from kubetune.core.search import Searcher
+from kubetune.core.warm_trials import warm_trials
 from kubetune.core.simulate import Simulator
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import ExperimentSummary, LaunchTrial, StopTrial, TrialPhase

@@ -3,7 +3,7 @@ import pytest
 
 from kubetune.core.resources import Resources, ResourceLedger
 from kubetune.core.simulate import Simulator
-from kubetune.core.search import missing_packages
+from kubetune.core.samplers import missing_packages
 from kubetune.core.types import CreateTrial, LaunchTrial, Result, StopTrial, TrialPhase, TrialPhaseChanged
 from unit_helpers import cpu_ledger, make_runner, make_spec, of_type, quadratic
 

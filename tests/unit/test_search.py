@@ -6,7 +6,8 @@ import random
 import optuna
 import pytest
 
-from kubetune.core.search import Searcher, missing_packages
+from kubetune.core.samplers import missing_packages
+from kubetune.core.search import Searcher
 from kubetune.core.types import TrialPhase, TrialRecord
 from kubetune.spec import SpecError, parse_experiment
 

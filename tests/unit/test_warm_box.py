@@ -8,7 +8,8 @@ import math
 import pytest
 
 from kubetune.controller.outcomes_status import warm_start_condition
-from kubetune.core.search import Searcher, warm_trials
+from kubetune.core.search import Searcher
+from kubetune.core.warm_trials import warm_trials
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import LaunchTrial
 from kubetune.spec import SpecError, parse_experiment

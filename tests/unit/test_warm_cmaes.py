@@ -5,7 +5,8 @@ generation stayed centred on the middle of the space). Driven through the real r
 in simulated time."""
 import math
 
-from kubetune.core.search import WS_CMA_MIN_TRIALS, Searcher, warm_trials
+from kubetune.core.search import WS_CMA_MIN_TRIALS, Searcher
+from kubetune.core.warm_trials import warm_trials
 from kubetune.core.simulate import Simulator
 from kubetune.spec import parse_experiment
 from unit_helpers import BASE, make_runner, merge, records_of

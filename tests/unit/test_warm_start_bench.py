@@ -6,7 +6,7 @@ space beats a cold run with the same seed by a wide margin. Reused trials are no
 for, so they are never counted."""
 from kubetune.bench import warm_start
 from kubetune.core.runner import TrialRunner
-from kubetune.core.search import WarmTrial
+from kubetune.core.warm_trials import WarmTrial
 from kubetune.core.simulate import Simulator
 from kubetune.spec import parse_experiment
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kubetune.core.runner import REUSED, TrialRunner
-from kubetune.core.search import warm_trials
+from kubetune.core.warm_trials import warm_trials
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import TrialRecord
 from kubetune.spec import parse_experiment

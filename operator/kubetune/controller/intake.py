@@ -16,7 +16,7 @@ from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.result_pump import ResultPump
 from kubetune.controller.status_writer import StatusWriter
 from kubetune.core.schedulers import scheduler_class
-from kubetune.core.search import warm_trials
+from kubetune.core.warm_trials import warm_trials
 from kubetune.core.types import TrialPhase
 from kubetune.executors.platform import PlatformRefused
 from kubetune.spec import ExperimentSpec, SpecError, parse_experiment

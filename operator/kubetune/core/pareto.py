@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-from optuna._hypervolume import compute_hypervolume
 from optuna.study import StudyDirection
-from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
 from optuna.trial import TrialState
+
+from kubetune.core.optuna_compat import compute_hypervolume, pareto_front_trials
 
 if TYPE_CHECKING:
     from kubetune.core.runner import TrialRunner
@@ -85,7 +85,7 @@ def compute(runner: "TrialRunner") -> Outcomes:
     finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if searcher.index_of(t) is not None]
     finished.sort(key=lambda t: t.number)
-    front = _get_pareto_front_trials_by_trials(finished, study.directions, consider_constraint=True)
+    front = pareto_front_trials(finished, study.directions, consider_constraint=True)
     directions = study.directions
     front.sort(key=lambda t: (_loss(t.values, directions), t.number))
     names = [o.metric for o in spec.objectives]

@@ -23,7 +23,9 @@ from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.runner_events import NOT_COUNTED, TrialEvents  # noqa: F401 - NOT_COUNTED: render.py
 from kubetune.core.runner_restart import SpecAndRestart
 from kubetune.core.schedulers import make_scheduler
-from kubetune.core.search import Evaluated, Searcher, WarmTrial, latest_values, objective_value
+from kubetune.core.search import Evaluated, Searcher
+from kubetune.core.search_values import latest_values, objective_value
+from kubetune.core.warm_trials import WarmTrial
 from kubetune.core.trial import TrialInfo
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, StopTrial, TrialPhase,

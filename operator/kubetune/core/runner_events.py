@@ -10,7 +10,7 @@ from kubetune.core import admission
 from kubetune.core.curve import add_point
 from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, wrong_type
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision
-from kubetune.core.search import latest_values, objective_value
+from kubetune.core.search_values import latest_values, objective_value
 from kubetune.core.trial import KEPT_LINEAGE, TrialInfo
 from kubetune.core.types import Decision, PauseTrial, Result, TrialPhase, TrialPhaseChanged
 from kubetune.core.values import is_finite, judged

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import Action, SchedulerDecision
-from kubetune.core.search import objective_value, record_latest
+from kubetune.core.search_values import objective_value, record_latest
 from kubetune.core.spec_change import accept_spec_change
 from kubetune.core.trial import TrialInfo, from_record
 from kubetune.core.types import Decision, FinishExperiment, TrialPhase, TrialPhaseChanged, TrialRecord

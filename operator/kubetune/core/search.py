@@ -17,135 +17,26 @@ restarted operator holds the same study and decides the same, without any histor
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 import random
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
-from optuna.samplers._lazy_random_state import LazyRandomState
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from kubetune.core import optuna_compat
+from kubetune.core.samplers import ask_seed, make_sampler, missing_packages, reseed, resample, to_distribution
+from kubetune.core.search_values import (RUNG_ATTR_PREFIX, config_key, history_values, kept_steps, objective_value,
+                                         record_latest)
 from kubetune.core.types import TrialPhase, TrialRecord
-from kubetune.core.values import judged
 from kubetune.core.warm_box import bounding_box
-from kubetune.spec.model import ALGORITHMS, DISTRIBUTIONS, ExperimentSpec, Param, SpecError
-
-# Samplers whose Optuna implementation imports packages kubetune does not depend on.
-OPTIONAL_PACKAGES = {"cmaes": ("cmaes",), "gp": ("torch", "scipy"), "qmc": ("scipy",)}
-
+from kubetune.core.warm_trials import WarmTrial, usable_warm_trials
+from kubetune.spec.model import ExperimentSpec, Param, SpecError
 
 # warm-starting CMA-ES needs this many earlier trials (it starts from their best 10%)
 WS_CMA_MIN_TRIALS = 10
-
-
-def missing_packages(algorithm: str) -> list[str]:
-    return [name for name in OPTIONAL_PACKAGES.get(algorithm, ()) if importlib.util.find_spec(name) is None]
-
-
-def to_distribution(param: Param) -> BaseDistribution:
-    if param.kind == "uniform":
-        return FloatDistribution(param.low, param.high)
-    if param.kind == "loguniform":
-        return FloatDistribution(param.low, param.high, log=True)
-    if param.kind == "randint":
-        return IntDistribution(param.low, param.high - 1)      # Ray Tune's randint excludes high
-    if param.kind == "quniform":
-        # Optuna wants high reachable from low in whole steps; use the last step below high.
-        top = param.grid_value(param.grid_size() - 1)
-        if param.is_integer:
-            return IntDistribution(param.low, top, step=param.q)
-        return FloatDistribution(param.low, top, step=param.q)
-    if param.kind == "choice":
-        return CategoricalDistribution(param.choices)
-    raise ValueError(f"unknown distribution {param.kind!r}; known: {', '.join(DISTRIBUTIONS)}")
-
-
-def objective_value(metrics: Mapping[str, Any], metric: str) -> float | None:
-    """The objective in one reported metrics dict, or None when absent or not a number."""
-    value = metrics.get(metric)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def history_values(history: Iterable[Mapping[str, Any]], metric: str) -> dict[int, float]:
-    """{iteration: objective as judged} from a history of results (a Trial written by an
-    operator that kept full histories), keeping the first value per iteration as Optuna
-    does when a retry reports an iteration again."""
-    values: dict[int, float] = {}
-    for position, metrics in enumerate(history, start=1):
-        value = objective_value(metrics, metric)
-        iteration = metrics.get("iteration", position)
-        if value is not None and isinstance(iteration, int) and iteration not in values:
-            values[iteration] = judged(value)
-    return values
-
-
-# The system attributes a pruner decides on (SuccessiveHalvingPruner's rung values).
-RUNG_ATTR_PREFIX = "completed_rung_"
-
-
-def kept_steps(values: Mapping[int, float], minimize: bool, keep_step: Callable[[int], bool] | None) -> set[int]:
-    """The steps of ``values`` a decision can read (see the module docstring)."""
-    if not values:
-        return set()
-    keep = {max(values)}
-    finite = [(v, s) for s, v in values.items() if not math.isnan(v)]
-    if finite:
-        keep.add((min(finite) if minimize else max(finite, key=lambda p: (p[0], -p[1])))[1])
-    if keep_step is not None:
-        keep.update(s for s in values if keep_step(s))
-    return keep
-
-
-def latest_values(history: Iterable[Mapping[str, Any]], metrics: Iterable[str]) -> dict[str, float]:
-    """The last number reported for each metric (a trial may report some metrics once)."""
-    latest: dict[str, float] = {}
-    wanted = set(metrics)
-    for entry in reversed(list(history)):
-        for name in wanted - latest.keys():
-            value = objective_value(entry, name)
-            if value is not None:
-                latest[name] = value
-        if len(latest) == len(wanted):
-            break
-    return latest
-
-
-def record_latest(record: TrialRecord, metrics: Iterable[str]) -> dict[str, float]:
-    """A persisted trial's latest values: from its history, and from ``latest_metrics``,
-    which holds them whole when the history is downsampled."""
-    wanted = list(metrics)
-    latest = latest_values(record.history, wanted)
-    latest.update({k: v for k, v in (record.latest_metrics or {}).items() if k in wanted})
-    return latest
-
-
-@dataclass(frozen=True)
-class WarmTrial:
-    """A completed trial of an earlier Experiment: ``source`` is ``<experiment>/<trial>``."""
-    source: str
-    params: Mapping[str, Any]
-    metrics: Mapping[str, Any]
-
-
-def warm_trials(experiment: str, records: Iterable[TrialRecord]) -> list[WarmTrial]:
-    """The trials of an earlier Experiment that can seed a search: those that succeeded,
-    with the latest value of every metric they reported."""
-    found = []
-    for record in sorted(records, key=lambda r: r.index):
-        if record.phase is not TrialPhase.SUCCEEDED:
-            continue
-        metrics: dict[str, Any] = {}
-        for entry in record.history:
-            metrics.update({k: v for k, v in entry.items() if k != "iteration" and objective_value(entry, k) is not None})
-        metrics.update(record.latest_metrics or {})
-        found.append(WarmTrial(f"{experiment}/{record.name}", dict(record.params), metrics))
-    return found
 
 
 @dataclass(frozen=True)
@@ -153,36 +44,6 @@ class Evaluated:
     """A configuration with results: a trial of this Experiment or a warm-start trial."""
     source: str
     metrics: Mapping[str, float]
-
-
-def config_key(params: Mapping[str, Any], names: Iterable[str]) -> tuple:
-    """Equal for equal configurations; repr keeps 1 and 1.0 and True apart, as the space does."""
-    return tuple((name, type(params.get(name)).__name__, repr(params.get(name))) for name in sorted(names))
-
-
-class _AskTellGridSampler(optuna.samplers.GridSampler):
-    """GridSampler stops the study from ``after_trial`` once every point is done, which
-    raises outside ``study.optimize``; with ask/tell the Searcher counts the grid itself."""
-
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
-
-
-def _ask_seed(seed: int, index: int) -> int:
-    return (seed * 1_000_003 + index) % 2**32
-
-
-def _reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
-    """Seed every random state of ``sampler`` (and of the samplers it holds, such as
-    TPE's startup sampler).  Done before each ask with a seed from (spec seed, trial
-    index): the parameters of trial n depend only on the seed and the study, which
-    ``rebuild`` restores exactly, so a restarted operator suggests what it would have
-    without the restart (and never replays the first trials' parameters)."""
-    for value in vars(sampler).values():
-        if isinstance(value, LazyRandomState):
-            value.rng.seed(seed)
-        elif isinstance(value, optuna.samplers.BaseSampler):
-            _reseed(value, seed)
 
 
 class Searcher:
@@ -235,30 +96,8 @@ class Searcher:
     # ------------------------------------------------------------------ setup
 
     def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
-        algorithm = self._spec.search.algorithm
-        samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
-            "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-            "grid": lambda: _AskTellGridSampler(self._grid, seed=self._spec.search.seed),
-            # constant_liar: running trials count as bad results, so parallel asks
-            # do not all land on the same promising point.
-            "tpe": lambda: optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True),
-            "nsgaii": lambda: optuna.samplers.NSGAIISampler(seed=seed),
-            # warm start: CMA-ES starts from the earlier trials' promising region (Optuna's
-            # warm-starting CMA-ES, Nomura et al. AAAI 2021); the study's trials alone do not
-            # move it (it reads only the trials of its own generations)
-            "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, consider_pruned_trials=True,
-                                                          warn_independent_sampling=False,
-                                                          source_trials=self._cma_source_trials()),
-            "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-            # scrambled; a restart skips the points used before (see rebuild)
-            "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False),
-        }
-        if algorithm not in samplers:   # never a silent fallback to another algorithm
-            raise SpecError("spec.search.algorithm",
-                            f"unknown algorithm {algorithm!r}; use one of: {', '.join(ALGORITHMS)}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return samplers[algorithm]()
+        return make_sampler(self._spec.search.algorithm, seed, grid=self._grid, grid_seed=self._spec.search.seed,
+                            cma_source_trials=self._cma_source_trials)
 
     def _new_study(self) -> optuna.Study:
         """A study holding the warm-start trials first, so kubetune trial ``index`` is
@@ -268,7 +107,7 @@ class Searcher:
         study = optuna.create_study(study_name=self._study_name, directions=directions,
                                     sampler=self._sampler(seed), pruner=optuna.pruners.NopPruner())
         for warm, frozen in zip(self._warm, self._warm_frozen()):
-            study._storage.create_new_trial(study._study_id, template_trial=frozen)
+            optuna_compat.add_trial(study, frozen)
             self._evaluated.setdefault(config_key(warm.params, self.distributions),
                                        Evaluated(warm.source, dict(warm.metrics)))
         self.offset = len(self._warm)
@@ -305,33 +144,7 @@ class Searcher:
             self.study.enqueue_trial(dict(point), skip_if_exists=False)
 
     def _compatible(self, warm_start: Sequence[WarmTrial]) -> tuple[list[WarmTrial], list[str]]:
-        """The warm-start trials this search space can use (their values for today's
-        parameters, extra parameters dropped), and why the others cannot be used."""
-        usable: list[WarmTrial] = []
-        problems: list[str] = []
-        for warm in warm_start:
-            missing = [name for name in self.distributions if name not in warm.params]
-            outside = [name for name, dist in self.distributions.items()
-                       if name in warm.params and not _contains(dist, warm.params[name])]
-            unreported = [o.metric for o in self._spec.objectives
-                          if objective_value(warm.metrics, o.metric) is None
-                          or math.isnan(objective_value(warm.metrics, o.metric))]
-            if missing:
-                problems.append(f"{warm.source}: has no value for {', '.join(missing)}")
-            elif outside:
-                problems.append(f"{warm.source}: {', '.join(f'{n}={warm.params[n]!r}' for n in outside)} "
-                                f"outside this search space")
-            elif unreported:
-                problems.append(f"{warm.source}: reported no {', '.join(unreported)}")
-            else:
-                if self._spec.warm_start is not None and len(usable) >= self._spec.warm_start.max_trials:
-                    problems.append(f"{warm.source} and later: beyond warmStart.maxTrials "
-                                    f"({self._spec.warm_start.max_trials})")
-                    break
-                usable.append(WarmTrial(warm.source, {n: warm.params[n] for n in self.distributions},
-                                        {k: v for k, v in warm.metrics.items() if objective_value(warm.metrics, k)
-                                         is not None}))
-        return usable, problems
+        return usable_warm_trials(self._spec, self.distributions, warm_start)
 
     def _narrow_to_box(self) -> None:
         """Search only the box of the best warm-start trials (core/warm_box.py); the
@@ -343,7 +156,7 @@ class Searcher:
         self.space = box.space
         self.distributions = {name: to_distribution(p) for name, p in self.space.items()}
         inside = [w for w in self._warm
-                  if all(_contains(dist, w.params[name]) for name, dist in self.distributions.items())]
+                  if all(optuna_compat.contains(dist, w.params[name]) for name, dist in self.distributions.items())]
         outside = len(self._warm) - len(inside)
         self._warm = inside
         self.warm_start_region = box.description + (
@@ -354,7 +167,7 @@ class Searcher:
         replace the deprecated ``constraints_func``): <= 0 is feasible. Samplers (TPE,
         NSGA-II) and the Pareto front read them."""
         for key, violation in self._constraint_attrs(metrics).items():
-            study._storage.set_trial_system_attr(trial_id, key, violation)
+            optuna_compat.storage(study).set_trial_system_attr(trial_id, key, violation)
 
     def _constraint_attrs(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         return {f"constraints:{c.metric}": c.violation(objective_value(metrics, c.metric))
@@ -382,10 +195,10 @@ class Searcher:
         if self.exhausted:
             return None
         if self._spec.search.seed is not None:
-            _reseed(self.study.sampler, _ask_seed(self._spec.search.seed, self._asked))
+            reseed(self.study.sampler, ask_seed(self._spec.search.seed, self._asked))
         trial = self.study.ask(self.distributions)
         self._asked += 1
-        self._ids[trial_name] = trial._trial_id
+        self._ids[trial_name] = optuna_compat.trial_id(trial)
         self._running[trial_name] = trial
         self._last_step[trial_name] = 0
         return {name: trial.params[name] for name in self.distributions}
@@ -398,7 +211,7 @@ class Searcher:
         if trial_name not in self._running or iteration <= self._last_step[trial_name] or self.multi_objective:
             return
         self._last_step[trial_name] = iteration
-        storage, trial_id = self.study._storage, self._ids[trial_name]
+        storage, trial_id = optuna_compat.storage(self.study), self._ids[trial_name]
         storage.set_trial_intermediate_value(trial_id, iteration, value)
         # Optuna copies the whole dict on every report: kept bounded, a report costs the
         # same at result 30,000 as at result 1 (issue 14; was O(results^2) per trial).
@@ -408,7 +221,7 @@ class Searcher:
         if len(keep) < len(values):
             trimmed = copy.copy(frozen)
             trimmed.intermediate_values = {step: values[step] for step in sorted(keep)}
-            storage._set_trial(trial_id, trimmed)
+            optuna_compat.replace_trial(self.study, trial_id, trimmed)
 
     def trial_state(self, trial_name: str) -> dict[str, Any]:
         """What the study holds about a trial that a later decision can read, bounded:
@@ -416,7 +229,7 @@ class Searcher:
         trial_id = self._ids.get(trial_name)
         if trial_id is None:
             return {}
-        frozen = self.study._storage.get_trial(trial_id)
+        frozen = optuna_compat.storage(self.study).get_trial(trial_id)
         state: dict[str, Any] = {"steps": [[step, value] for step, value in sorted(frozen.intermediate_values.items())]}
         attrs = {k: v for k, v in frozen.system_attrs.items() if k.startswith(RUNG_ATTR_PREFIX)}
         if attrs:
@@ -448,7 +261,7 @@ class Searcher:
         metrics = metrics if metrics is not None else {}
         values = self.objective_values(value, metrics)
         if phase in (TrialPhase.SUCCEEDED, TrialPhase.STOPPED):
-            self._set_constraints(self.study, trial._trial_id, metrics)
+            self._set_constraints(self.study, optuna_compat.trial_id(trial), metrics)
         if phase is TrialPhase.SUCCEEDED and values is not None:
             self.study.tell(trial, values)
             if params is not None:
@@ -465,11 +278,11 @@ class Searcher:
             return None
         # Pruners take the FrozenTrial from storage, as Optuna's own Trial.should_prune does;
         # study.get_trials() would copy every trial to find one.
-        return self.study._storage.get_trial(trial._trial_id)
+        return optuna_compat.storage(self.study).get_trial(optuna_compat.trial_id(trial))
 
     def trial_id(self, index: int) -> int:
         """Optuna's storage id of the trial with this index (== Optuna trial number)."""
-        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, self.offset + index)
+        return optuna_compat.trial_id_of_number(self.study, self.offset + index)
 
     def index_of(self, trial: optuna.trial.FrozenTrial) -> int | None:
         """The kubetune index of one of this Experiment's Optuna trials; None for warm-start ones."""
@@ -477,15 +290,7 @@ class Searcher:
 
     def resample(self, name: str, rng: random.Random) -> Any:
         """A fresh value for one parameter, independent of the study (PBT's explore step)."""
-        param = self.space[name]
-        if param.kind == "uniform":
-            return rng.uniform(param.low, param.high)
-        if param.kind == "loguniform":
-            return math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
-        if param.kind in ("quniform", "randint"):
-            # the same draw as rng.choice(grid_values()), without building the grid
-            return param.grid_value(rng.randrange(param.grid_size()))
-        return rng.choice(param.choices)
+        return resample(self.space[name], rng)
 
     # ------------------------------------------------------------------ restore
 
@@ -534,7 +339,7 @@ class Searcher:
             # whose sequence after a restart may differ from the one without, with CMA-ES
             # whose optimizer state Optuna keeps in attributes of the trials)
             for _ in range(number):
-                self.study.sampler._find_sample_id(self.study, self.distributions)
+                optuna_compat.skip_qmc_point(self.study.sampler, self.study, self.distributions)
         self._enqueue_initial_points()
         if replay is not None:
             replay()
@@ -551,7 +356,7 @@ class Searcher:
 
     def _add(self, frozen: optuna.trial.FrozenTrial) -> int:
         # Study.add_trial returns nothing; the trial id is needed to keep reporting to it.
-        return self.study._storage.create_new_trial(self.study._study_id, template_trial=frozen)
+        return optuna_compat.add_trial(self.study, frozen)
 
     def _final_state(self, record: TrialRecord) -> tuple[TrialState, list[float] | None]:
         last = record.last_value
@@ -588,9 +393,3 @@ class Searcher:
             # was down): the trial still takes its number, but cannot inform the sampler.
             return optuna.trial.create_trial(state=TrialState.FAIL)
 
-
-def _contains(distribution: BaseDistribution, value: Any) -> bool:
-    try:
-        return distribution._contains(distribution.to_internal_repr(value))
-    except (ValueError, TypeError):
-        return False

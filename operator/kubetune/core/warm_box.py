@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from optuna.samplers._tpe.sampler import default_gamma
-from optuna.study._multi_objective import _is_pareto_front
 
+from kubetune.core.optuna_compat import default_gamma, is_pareto_front
 from kubetune.spec.model import ExperimentSpec, Param
 
 MIN_GOOD = 2                 # one trial would make the box a point
@@ -52,7 +51,7 @@ def _good_of_one(trials: Sequence[Any], spec: ExperimentSpec) -> list[Any]:
     losses = np.asarray([[t.metrics[o.metric] if o.mode == "min" else -t.metrics[o.metric] for o in spec.objectives]
                          for t in feasible], dtype=float)
     if spec.multi_objective:
-        return [t for t, on_front in zip(feasible, _is_pareto_front(losses, assume_unique_lexsorted=False))
+        return [t for t, on_front in zip(feasible, is_pareto_front(losses, assume_unique_lexsorted=False))
                 if on_front]
     count = max(MIN_GOOD, default_gamma(len(trials)))
     order = sorted(range(len(feasible)), key=lambda i: (losses[i][0], i))

@@ -16,7 +16,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-from optuna.study._multi_objective import _is_pareto_front
+
+from kubetune.core.optuna_compat import is_pareto_front
 
 from kubetune.core.pareto import hypervolume_history
 from kubetune.results.export import Report
@@ -93,7 +94,7 @@ def pareto_front(report: Report, objectives: list[tuple[str, str, float | None]]
     broken = infeasible(report, list(constraints))
     finals = {n: v for n, v in final_values(report, [m for m, _, _ in objectives]).items() if n not in broken}
     losses = [[s * v for s, v in zip(signs, values)] for values in finals.values()]
-    on_front = _is_pareto_front(np.asarray(losses), assume_unique_lexsorted=False) if losses else []
+    on_front = is_pareto_front(np.asarray(losses), assume_unique_lexsorted=False) if losses else []
     return {name: values for (name, values), keep in zip(finals.items(), on_front) if keep}
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 import optuna
 from optuna.study import StudyDirection
 
+from kubetune.core import optuna_compat
 from kubetune.core.schedulers.base import PrunerScheduler, fmt
 from kubetune.core.schedulers.rungs import Planned, successive_halving
 from kubetune.core.search import Searcher
@@ -43,7 +44,7 @@ class _CompetitorsStudy:
     """
 
     def __init__(self, study: optuna.Study, competitors: list[_RungEntry]) -> None:
-        self._storage = study._storage
+        self._storage = optuna_compat.storage(study)   # the pruner reads it by this (private) name
         self.direction = study.direction
         self._competitors = competitors
 
@@ -101,7 +102,7 @@ class ASHAScheduler(PrunerScheduler):
         """The rung tables from the rung values the rebuilt study holds (persisted on each
         Trial): O(trials x rungs), no replay (issue 15: a replay was O(results^2) per
         trial); Trials from before the bounded state are replayed (PrunerScheduler)."""
-        storage = self.searcher.study._storage
+        storage = optuna_compat.storage(self.searcher.study)
         for trial in sorted(trials, key=lambda t: t.index):
             if trial.name in self.searcher.restored_bounded:
                 self._record_rungs(storage.get_trial(self.searcher.trial_id(trial.index)))
@@ -112,7 +113,7 @@ class ASHAScheduler(PrunerScheduler):
         return 0
 
     def prune(self, frozen: optuna.trial.FrozenTrial) -> bool:
-        entry = self._entries.get(frozen._trial_id)
+        entry = self._entries.get(optuna_compat.trial_id(frozen))
         rung = len(entry.system_attrs) if entry else 0
         competitors = self._reached.get((self.bracket(frozen), rung), [])
         pruned = self.pruner.prune(_CompetitorsStudy(self.searcher.study, competitors), frozen)
@@ -121,8 +122,8 @@ class ASHAScheduler(PrunerScheduler):
 
     def _record_rungs(self, frozen: optuna.trial.FrozenTrial) -> None:
         """Copy the rung values the pruner just stored for this trial."""
-        attrs = self.searcher.study._storage.get_trial(frozen._trial_id).system_attrs
-        entry = self._entries.setdefault(frozen._trial_id, _RungEntry())
+        attrs = optuna_compat.storage(self.searcher.study).get_trial(optuna_compat.trial_id(frozen)).system_attrs
+        entry = self._entries.setdefault(optuna_compat.trial_id(frozen), _RungEntry())
         rung = len(entry.system_attrs)
         bracket = self.bracket(frozen)
         while RUNG_KEY.format(rung) in attrs:
@@ -142,7 +143,7 @@ class ASHAScheduler(PrunerScheduler):
         if math.isnan(value):
             return f"reported NaN for {self.metric} at iteration {step}"
         # The rung it was judged on is the highest one the pruner recorded for it.
-        entry = self._entries[frozen._trial_id]
+        entry = self._entries[optuna_compat.trial_id(frozen)]
         rung = len(entry.system_attrs) - 1
         bracket = self.bracket(frozen)
         competing = self._rung_values[(bracket, rung)]

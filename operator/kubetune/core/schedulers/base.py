@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import optuna
 
+from kubetune.core import optuna_compat
 from kubetune.core.schedulers.rungs import Planned, Rung
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
@@ -139,7 +140,7 @@ class PrunerScheduler(TrialScheduler):
         if not self.replays_history:
             return
         study = self.searcher.study
-        storage = study._storage
+        storage = optuna_compat.storage(study)
         for trial in sorted(trials, key=lambda t: t.index):
             if trial.name in self.searcher.restored_bounded:
                 continue

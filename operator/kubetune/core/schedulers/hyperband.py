@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 
 import optuna
 
+from kubetune.core import optuna_compat
 from kubetune.core.schedulers.asha import ASHAScheduler
 from kubetune.core.search import Searcher
 from kubetune.core.trial import TrialInfo
@@ -31,20 +32,19 @@ class HyperBandScheduler(ASHAScheduler):
         sched = spec.scheduler
         pruner = optuna.pruners.HyperbandPruner(min_resource=sched.grace_period, max_resource=sched.max_iterations,
                                                 reduction_factor=sched.reduction_factor)
-        study = SimpleNamespace(study_name=study_name)
-        pruner._try_initialization(study)
-        return [pruner._get_bracket_id(study, SimpleNamespace(number=number))
+        study = SimpleNamespace(study_name=study_name)   # all the pruner reads of a study here
+        optuna_compat.hyperband_ready(pruner, study)
+        return [optuna_compat.hyperband_bracket(pruner, study, SimpleNamespace(number=number))
                 for number in range(spec.budget.max_trials)]
 
     def bracket(self, frozen: optuna.trial.FrozenTrial) -> int:
         # The pruner's own assignment (a hash of study name and trial number), so the
         # explanation names the bracket the trial was judged in.
-        return self.pruner._get_bracket_id(self.searcher.study, frozen)
+        return optuna_compat.hyperband_bracket(self.pruner, self.searcher.study, frozen)
 
     def restore(self, trials: Iterable[TrialInfo], states: Mapping[str, Mapping[str, Any]]) -> None:
         # the brackets exist once the pruner has judged a trial; a restore judges none
-        if not self.pruner._pruners:
-            self.pruner._try_initialization(self.searcher.study)
+        optuna_compat.hyperband_ready(self.pruner, self.searcher.study)
         super().restore(trials, states)
 
     def prune(self, frozen: optuna.trial.FrozenTrial) -> bool:

@@ -16,12 +16,13 @@ import math
 from typing import Any, Iterable, Mapping
 
 import numpy as np
-from optuna.study._multi_objective import _fast_non_domination_rank
 
+from kubetune.core.optuna_compat import fast_non_domination_rank
 from kubetune.core.schedulers.asha import ASHAScheduler
 from kubetune.core.schedulers.base import CONTINUE, Action, SchedulerDecision, TrialScheduler, fmt
 from kubetune.core.schedulers.rungs import Planned
-from kubetune.core.search import Searcher, latest_values
+from kubetune.core.search import Searcher
+from kubetune.core.search_values import latest_values
 from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec
 
@@ -72,7 +73,7 @@ class MOASHAScheduler(TrialScheduler):
 
     def _promotable(self, recorded: dict[str, list[float]], name: str) -> tuple[bool, str]:
         names = list(recorded)
-        ranks = _fast_non_domination_rank(np.asarray([recorded[n] for n in names], dtype=float))
+        ranks = fast_non_domination_rank(np.asarray([recorded[n] for n in names], dtype=float))
         rf = self.spec.scheduler.reduction_factor
         index = max(len(names) // rf - 1, 0)
         cutoff = int(np.sort(ranks)[index])
