@@ -1,4 +1,5 @@
-"""The one place kubetune touches a private name of Ray (issue 29): where Ray Tune's
+"""The one place a trial touches a private name of Ray (issue 29; the Ray platform's are in
+executors/ray/ray_compat.py): where Ray Tune's
 public trial API (``ray.tune.report``, ``ray.tune.get_checkpoint``,
 ``ray.tune.get_context``, ``ray.air.session.report`` and, through Ray itself,
 ``ray.train.report`` under Train V1) finds the session of the trial it runs in.

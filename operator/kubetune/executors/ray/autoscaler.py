@@ -66,6 +66,7 @@ def _head_autoscaling_config() -> dict[str, Any] | None:
     if not namespace:
         with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
             namespace = f.read().strip()
+    # Ray's private names (executors/ray/ray_compat.py lists them; this runs on the head without kubetune)
     from ray.autoscaler._private.kuberay.autoscaling_config import _derive_autoscaling_config_from_ray_cr
     from ray.autoscaler._private.kuberay.node_provider import KubernetesHttpApiClient
     ray_cluster = KubernetesHttpApiClient(namespace=namespace).get(f"rayclusters/{name}")

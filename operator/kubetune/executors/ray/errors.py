@@ -7,9 +7,7 @@ raises ``RayUnavailableError`` without importing Ray."""
 from __future__ import annotations
 
 from kubetune.executors.base import PlatformUnavailableError
-
-# gRPC's error from the GCS client; its class moves between Ray's private modules
-_BY_NAME = {"RpcError"}
+from kubetune.executors.ray.ray_compat import RPC_ERROR_NAMES
 
 
 class RayUnavailableError(PlatformUnavailableError):
@@ -22,4 +20,4 @@ class RayUnavailableError(PlatformUnavailableError):
 def is_unavailable(error: BaseException) -> bool:
     from ray.exceptions import GetTimeoutError, RaySystemError
     return isinstance(error, (PlatformUnavailableError, ConnectionError, RaySystemError, GetTimeoutError)) \
-        or type(error).__name__ in _BY_NAME
+        or type(error).__name__ in RPC_ERROR_NAMES

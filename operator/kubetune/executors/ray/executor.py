@@ -52,6 +52,7 @@ from kubetune.executors.ray.autoscaler import read_node_types, request_resources
 from kubetune.executors.ray import answers, checked
 from kubetune.executors.ray.answers import AnswerError, call, read, ready
 from kubetune.executors.ray.discovery import ActorDiscovery
+from kubetune.executors.ray import ray_compat
 from kubetune.executors.ray.errors import RayUnavailableError, is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, experiment_prefix, namespace_of_actor
@@ -371,8 +372,7 @@ class RayExecutor:
             available = _public(ray.available_resources())
             per_node = {}
             try:
-                from ray._private.state import available_resources_per_node
-                per_node = {k: _public(v) for k, v in available_resources_per_node().items()}
+                per_node = {k: _public(v) for k, v in ray_compat.available_resources_per_node().items()}
             except Exception:  # noqa: BLE001 - not offered through Ray Client
                 pass
             nodes_info = [n for n in ray.nodes() if n.get("Alive")]

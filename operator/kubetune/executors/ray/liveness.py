@@ -25,6 +25,8 @@ import time
 
 import ray
 
+from kubetune.executors.ray import ray_compat
+
 log = logging.getLogger(__name__)
 
 # Longer than any outage worth waiting through in-process: past it the operator's
@@ -46,13 +48,11 @@ class ClusterWatch:
     """Watches the cluster of the current Ray connection (made with ``ray.init(address)``)."""
 
     def __init__(self, gcs_address: str, timeout_s: float = 2.0) -> None:
-        from ray._raylet import GcsClient   # a client of its own: never Ray's blocking one
-
         self.gcs_address = gcs_address
         self.timeout_s = timeout_s
         host, _, port = gcs_address.rpartition(":")
         self._endpoint = (host, int(port))
-        self._client = GcsClient(address=gcs_address)
+        self._client = ray_compat.gcs_client(gcs_address)   # a client of its own: never Ray's blocking one
         self.session = self._session()
         self._checked_at = time.monotonic()
 
