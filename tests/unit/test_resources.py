@@ -38,6 +38,16 @@ def test_trial_bundles_total_is_bundle_times_count():
     assert sum((b for b in bundles), Resources()) == Resources(cpu=6, gpu=3, memory=3 * GiB, custom={"TPU": 3})
 
 
+def test_a_trials_resources_answer_amount_as_any_resources():
+    # TrialResources is a Resources: amount(kind) is one bundle's amount of that kind, as
+    # for any Resources (it once overrode amount() with another signature); per_bundle()
+    # is the bundle the ledger holds
+    resources = TrialResources(cpu=2, gpu=1, bundles=3)
+    assert resources.amount("GPU") == 1.0 and resources.amount("CPU") == 2.0
+    assert resources.per_bundle() == Resources(cpu=2, gpu=1)
+    assert trial_bundles(resources) == [Resources(cpu=2, gpu=1)] * 3
+
+
 def test_from_ray_ignores_node_markers():
     r = Resources.from_ray({"CPU": 4.0, "GPU": 1.0, "memory": 1e9, "node:10.0.0.1": 1.0,
                             "object_store_memory": 5e8, "accelerator_type:A100": 1.0})

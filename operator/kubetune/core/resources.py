@@ -22,7 +22,7 @@ def describe_amount(kind: str, value: float) -> str:
 
 def trial_bundles(resources: TrialResources) -> list[Resources]:
     """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
-    return [resources.amount()] * resources.bundles
+    return [resources.per_bundle()] * resources.bundles
 
 
 def total_of(bundles: Iterable[Resources]) -> Resources:

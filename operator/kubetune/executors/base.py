@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Protocol
 
 from kubetune.core.types import Result
+from kubetune.spec.resources import TrialResources
 
 
 class ExecutorError(RuntimeError):
@@ -49,7 +50,7 @@ class LaunchRequest:
     trial_key: str                       # "<namespace>/<experiment>/<trial>"
     entrypoint: str                      # "package.module:function"
     config: Mapping[str, Any]
-    resources: Any = None                # spec.TrialResources (or its dict form; None: defaults)
+    resources: TrialResources = field(default_factory=TrialResources)   # one bundle's amounts x bundles
     checkpoint: str | None = None        # location to resume from (maybe another trial's)
     start_iteration: int = 0             # iterations already done; reports continue from +1
     start_seq: int = 0                   # last result seq already recorded; new ones follow it

@@ -117,8 +117,9 @@ class TrialResources(Resources):
         """The memory of one bundle in whole bytes (what Ray and a pod's requests take); None: none asked."""
         return int(self.memory) if self.memory else None
 
-    def amount(self) -> Resources:
-        """One bundle, as the amount the ledger adds and subtracts."""
+    def per_bundle(self) -> Resources:
+        """One bundle, as the amount the ledger adds and subtracts (``amount(kind)`` is
+        one bundle's amount of one kind, as for any ``Resources``)."""
         return Resources(cpu=self.cpu, gpu=self.gpu, memory=self.memory, custom=dict(self.custom))
 
     @classmethod
