@@ -53,3 +53,58 @@ def test_refused_rows_show_on_their_own_experiment_only_with_a_warning_each_time
     assert status_events({}, status("2 rows")) == [("Warning", "ResultsRejected", "2 rows")]
     assert status_events(status("2 rows"), status("2 rows")) == []
     assert status_events(status("2 rows"), status("3 rows")) == [("Warning", "ResultsRejected", "3 rows")]
+
+
+class Submitted:
+    """A writer that keeps what it is handed (the rows' path ends here for this test)."""
+
+    problem = None
+    dropped = 0
+
+    def __init__(self) -> None:
+        self.batches = []
+
+    def submit(self, batch) -> None:
+        self.batches.append(batch)
+
+    def rejection(self, uid):
+        return None
+
+    def trial_rows(self):
+        return [row for batch in self.batches for row in batch.trials]
+
+
+def test_the_store_gets_a_trials_state_from_the_runner_never_from_a_rendered_status():
+    import asyncio
+
+    from kubetune.controller import render
+    from kubetune.controller.experiment import ExperimentController
+    from kubetune.controller.store import MemoryStore
+    from kubetune.core.types import CreateTrial, LaunchTrial, Result
+    from unit_helpers import make_runner, make_spec
+
+    spec = make_spec()
+    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
+    writer = Submitted()
+    controller = ExperimentController(namespace="ns", name="exp", store=MemoryStore(), registry=None,
+                                      body=lambda: body, results=ResultsRecorder(writer, "ns", lambda: body))
+    runner = make_runner(spec)
+    controller.ctx.spec, controller.ctx.runner = spec, runner
+    decisions = runner.step(0.0)
+    [create] = [d for d in decisions if isinstance(d, CreateTrial)]
+    [launch] = [d for d in decisions if isinstance(d, LaunchTrial) and d.name == create.name]
+
+    async def scenario() -> None:
+        await controller.store.create_trial(render.trial_body(namespace="ns", experiment=body, name=create.name,
+                                                              index=create.index, params=create.params, resources={}))
+        runner.on_trial_launched(launch.name, 1.0)
+        runner.on_trial_result(launch.name, Result(seq=1, iteration=1, metrics={"loss": 0.25}, timestamp=1.0), 1.0)
+        # a status patch alone (what any writer sends) gives the store no trial row
+        before = len(writer.trial_rows())
+        await controller.store.patch_trial_status(launch.name, {"phase": "Succeeded", "bestMetric": 99.0})
+        assert len(writer.trial_rows()) == before
+        # the status writer writes the Trial: the pump hands the runner's view to the store
+        await controller.status.persist_trial(launch.name)
+    asyncio.run(scenario())
+    row = writer.trial_rows()[-1]
+    assert (row.name, row.phase, row.best, row.iteration, row.attempt) == (launch.name, "Running", 0.25, 1, 0)

@@ -69,6 +69,7 @@ class ExperimentController:
                                    dashboard=experiment_link(dashboard_url, namespace, name) if dashboard_url else None)
         self.pump = ResultPump(self.ctx, self.effects, self.status)
         self.effects.status, self.effects.pump = self.status, self.pump
+        self.status.trial_written = self.pump.record_trial
         self.intake = SpecIntake(self.ctx, self.status, self.effects, self.pump, self.checkpoints)
         self._on_cycle = on_cycle
         self._wakeup = asyncio.Event()

@@ -14,6 +14,7 @@ from kubetune.controller.effects import EffectQueue
 from kubetune.controller.result_notes import ResultNotes
 from kubetune.controller.status_writer import StatusWriter
 from kubetune.core.failures import FailureKind
+from kubetune.core.sanitize import cap_text
 from kubetune.core.types import LaunchTrial, Result, TrialPhase
 from kubetune.executors.base import TrialState, TrialUpdate
 from kubetune.spec.trial_key import TrialKey
@@ -92,6 +93,17 @@ class ResultPump:
         if busy:
             ctx.touched.add(name)
         return busy
+
+    def record_trial(self, name: str) -> None:
+        """A trial's state to the results store, from the runner's view of it (called as
+        its Trial status is written: the store follows the same coalescing)."""
+        ctx = self.ctx
+        trial = ctx.runner.trials.get(name) if ctx.runner is not None else None
+        if ctx.results is None or trial is None:
+            return
+        shown = self.status.platform_queue.trial_status(name, {"phase": trial.phase.value, "reason": trial.reason})
+        ctx.results.trial_state(name, phase=shown["phase"], reason=cap_text(shown.get("reason") or "", 256),
+                                best=trial.best_value, iteration=trial.iteration, attempt=trial.attempt)
 
     def record_results(self, name: str, results: list[Result]) -> None:
         """The results the runner took (a result of a run it already stopped or paused is

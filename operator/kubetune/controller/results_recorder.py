@@ -2,11 +2,14 @@
 the operator's ResultsWriter (kubetune.results).  No I/O here: ``submit`` only queues.
 
 Results are keyed by the Trial's UID (not its name, which a re-created Experiment
-reuses), learnt when the Trial is created or listed.  ``RecordingStore`` wraps the
-controller's Store so Experiment and Trial metadata (phase, best value, parameters)
-follow the status writes without the controller asking."""
+reuses), learnt when the Trial is created or listed.  Every row comes from the result
+pump (controller/result_pump.py): results as the runner took them, failures, and a
+trial's state from the runner's view each time its Trial status is written; never from
+parsing a rendered status.  ``RecordingStore`` wraps the controller's Store so that the
+Trial UIDs and parameters (from the API's answers) and the Experiment's phase follow."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -96,12 +99,18 @@ class ResultsRecorder:
         self._trials[row.name] = self._with_status(row, body.get("status") or {})
         self.writer.submit(Batch(trials=[self._trials[row.name]]))
 
-    def trial_status(self, name: str, status: Mapping[str, Any]) -> None:
+    def trial_state(self, name: str, *, phase: str, reason: str, best: float | None, iteration: int,
+                    attempt: int) -> None:
+        """A trial's state as the runner has it (its phase as shown: Queued while the
+        platform has not started it), stored when it changed."""
         row = self._trials.get(name)
         if row is None:
             return
-        self._trials[name] = self._with_status(row, status)
-        self.writer.submit(Batch(trials=[self._trials[name]]))
+        updated = dataclasses.replace(row, phase=phase, reason=reason, iteration=iteration, attempt=attempt,
+                                      best=best if best is not None and math.isfinite(best) else None)
+        if updated != row:
+            self._trials[name] = updated
+            self.writer.submit(Batch(trials=[updated]))
 
     def results(self, name: str, results: Iterable[Result]) -> None:
         uid = self._uid(name)
@@ -180,7 +189,6 @@ class RecordingStore:
 
     async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
         await self.inner.patch_trial_status(name, status)
-        self.recorder.trial_status(name, status)
 
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
         await self.inner.patch_experiment_status(status)

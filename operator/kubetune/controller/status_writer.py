@@ -30,6 +30,8 @@ class StatusWriter:
     def __init__(self, ctx: ExperimentContext, uncreated: Callable[[], set[str]], dashboard: str | None = None) -> None:
         self.ctx = ctx
         self._uncreated = uncreated     # trials whose Trial resource is not created yet (effects.py)
+        # a Trial status written: the results store takes the trial's state (result_pump.py)
+        self.trial_written: Callable[[str], None] = lambda name: None
         self.trial_writes = WriteCoalescer(TRIAL_METRICS_WRITE_INTERVAL, start_phase=TrialPhase.RUNNING.value,
                                            start_delay=TRIAL_START_WRITE_DELAY)
         self.written: dict[str, Any] = {}     # the Experiment status as last written (or restored)
@@ -72,6 +74,7 @@ class StatusWriter:
             patch = merge_patch(self.trial_writes.last_written(name), status)
             if await self.write(f"Trial {name}", ctx.store.patch_trial_status(name, patch)):
                 self.trial_writes.written(name, status, now)
+                self.trial_written(name)
         await self._flush_experiment(now, force=force)
 
     async def write(self, key: str, write: Any) -> bool:
@@ -173,6 +176,7 @@ class StatusWriter:
         patch = merge_patch(self.trial_writes.last_written(name), status)
         if await self.write(f"Trial {name}", ctx.store.patch_trial_status(name, patch)):
             self.trial_writes.written(name, status, ctx.clock())
+            self.trial_written(name)
         else:   # the effect goes ahead (a stop frees its slot); the status is retried
             self.trial_writes.want(name, status)
 
