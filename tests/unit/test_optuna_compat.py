@@ -109,3 +109,10 @@ def test_no_private_optuna_name_outside_the_adapter():
     assert found == {}
     assert private.search("from optuna.study._multi_objective import _is_pareto_front")
     assert private.search("        storage = study._storage")
+
+
+def test_the_dashboards_names_are_optunas():
+    assert optuna_compat.CONSTRAINTS_KEY == "constraints"     # Optuna's samplers read constraint values there
+    study = optuna_compat.FrozenStudy(study_name="s", direction=None, directions=[optuna.study.StudyDirection.MINIMIZE],
+                                      user_attrs={}, system_attrs={}, study_id=0)
+    assert study.study_name == "s"

@@ -60,3 +60,12 @@ def test_no_private_ray_name_outside_the_adapters():
     assert private.search("import ray.autoscaler._private.kuberay")
     assert not private.search("ray.get_runtime_context().gcs_address")
     assert not private.search('info["ray"] = ray.__version__')
+
+
+def test_raw_object_and_error_info_readers_are_where_they_are_looked_for():
+    worker = importlib.import_module("ray._private.worker")
+    assert hasattr(worker, "global_worker")
+    core_worker = importlib.import_module("ray._raylet").CoreWorker
+    assert callable(core_worker.get_objects)
+    context = importlib.import_module("ray._private.serialization").SerializationContext
+    assert callable(context._deserialize_error_info)

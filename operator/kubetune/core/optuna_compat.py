@@ -18,6 +18,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._lazy_random_state import LazyRandomState  # noqa: F401 - re-exported (search.py)
 from optuna.samplers._tpe.sampler import default_gamma  # noqa: F401 - re-exported (warm_box.py)
 from optuna.storages import BaseStorage
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY as CONSTRAINTS_KEY  # noqa: F401 - re-exported
+from optuna.study._frozen import FrozenStudy  # noqa: F401 - re-exported (dashboard/storage.py)
 from optuna.study._multi_objective import (  # noqa: F401 - re-exported
     _fast_non_domination_rank as fast_non_domination_rank,
     _get_pareto_front_trials_by_trials as pareto_front_trials,
@@ -59,8 +61,8 @@ def skip_qmc_point(sampler: optuna.samplers.QMCSampler, study: optuna.Study,
 def contains(distribution: BaseDistribution, value: Any) -> bool:
     """Whether ``value`` (external form) lies in ``distribution``."""
     try:
-        return distribution._contains(distribution.to_internal_repr(value))
-    except (ValueError, TypeError):
+        return bool(distribution._contains(distribution.to_internal_repr(value)))
+    except Exception:  # noqa: BLE001 - a value of another type: not contained
         return False
 
 

@@ -4,5 +4,5 @@ as a read-only Optuna storage, each Experiment a study; ``study`` turns rows int
 Optuna's frozen trials (pure); ``server`` serves the dashboard's WSGI app;
 ``command`` is the CLI.
 
-May import: results/, spec/ (values only), optuna, optuna_dashboard; never Ray or the
-Kubernetes client."""
+May import: results/, spec/ (values only), optuna, optuna_dashboard, and Optuna's private
+names only through core/optuna_compat.py; never Ray or the Kubernetes client."""

@@ -26,9 +26,9 @@ from typing import Any, Callable, Container
 from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
+from kubetune.core.optuna_compat import FrozenStudy
 from kubetune.dashboard.study import METRIC_NAMES_KEY, Curve, StudyShape, distributions_for, frozen_trial, shape_of
 from kubetune.results.rows import ExperimentRow, TrialRow
 from kubetune.results.store import ResultsStore

@@ -23,10 +23,10 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from kubetune.core.optuna_compat import CONSTRAINTS_KEY, contains   # CONSTRAINTS_KEY: where samplers read them
 from kubetune.results.rows import ExperimentRow, TrialRow
 from kubetune.spec.model import Constraint
 
-CONSTRAINTS_KEY = "constraints"            # optuna.study._constrained_optimization._CONSTRAINTS_KEY
 METRIC_NAMES_KEY = "study:metric_names"    # what Study.set_metric_names writes; the dashboard shows it
 
 STATES = {"Succeeded": TrialState.COMPLETE, "Failed": TrialState.FAIL, "Stopped": TrialState.PRUNED,
@@ -79,13 +79,6 @@ def _choice(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value, default=str)
 
 
-def _contains(distribution: BaseDistribution, value: Any) -> bool:
-    try:
-        return bool(distribution._contains(distribution.to_internal_repr(value)))
-    except Exception:  # noqa: BLE001 - a value of another type: not contained
-        return False
-
-
 def distributions_for(declared: Mapping[str, BaseDistribution],
                       params: Sequence[Mapping[str, Any]]) -> dict[str, BaseDistribution]:
     """One distribution per parameter name over every trial: the declared one when it
@@ -97,7 +90,7 @@ def distributions_for(declared: Mapping[str, BaseDistribution],
             seen.setdefault(name, []).append(value)
     found: dict[str, BaseDistribution] = {}
     for name, values in seen.items():
-        if name in declared and all(_contains(declared[name], v) for v in values):
+        if name in declared and all(contains(declared[name], v) for v in values):
             found[name] = declared[name]
         elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             found[name] = IntDistribution(min(values), max(values))

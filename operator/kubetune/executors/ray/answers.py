@@ -32,6 +32,8 @@ from typing import Any
 import ray
 from ray.experimental import internal_kv
 
+from kubetune.executors.ray import ray_compat
+
 # A fetch batch is cut at FETCH_BATCH_BYTES of results (function_runner.py), plus one
 # result (MAX_RESULT_BYTES) and a traceback (1 Mi characters, up to 6 bytes each escaped)
 MAX_ANSWER_BYTES = 32 << 20
@@ -114,9 +116,7 @@ def decode(raw: bytes) -> Any:
 def failure(ref: Any) -> AnswerError:
     """Why a finished call wrote no answer, from its Ray error's type (no unpickling)."""
     try:
-        from ray._private.worker import global_worker
-        serialized = global_worker.core_worker.get_objects([ref], 0)[0]
-        data, metadata = serialized[0], bytes(serialized[1] or b"")
+        data, metadata = ray_compat.stored_object(ref)
     except Exception:  # noqa: BLE001 - Ray Client has no core worker here: the type is unknown
         return AnswerError("died", "the trial's Ray actor gave no answer (it died or its call failed)")
     code = metadata.split(b",")[0]
@@ -150,8 +150,7 @@ def _error_text(data: Any, code: bytes) -> tuple[str, bool]:
     if not data:
         return "", False
     try:
-        from ray._private.worker import global_worker
-        info = global_worker.get_serialization_context()._deserialize_error_info(data, [code])
+        info = ray_compat.error_info(data, code)
     except Exception:  # noqa: BLE001 - no error info (ACTOR_DIED without details, ...)
         return "", False
     preempted, text = False, str(info.error_message)

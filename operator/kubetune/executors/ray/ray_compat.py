@@ -29,6 +29,20 @@ def available_resources_per_node() -> dict[str, dict[str, float]]:
     return per_node()
 
 
+def stored_object(ref: Any) -> tuple[Any, bytes]:
+    """The raw (data, metadata) Ray's core worker holds for a finished object ``ref``,
+    read without deserializing it (executors/ray/answers.py never unpickles)."""
+    from ray._private.worker import global_worker
+    serialized = global_worker.core_worker.get_objects([ref], 0)[0]
+    return serialized[0], bytes(serialized[1] or b"")
+
+
+def error_info(data: Any, code: bytes) -> Any:
+    """The ``ErrorInfo`` protobuf of a Ray system error's raw data (msgpack + protobuf)."""
+    from ray._private.worker import global_worker
+    return global_worker.get_serialization_context()._deserialize_error_info(data, [code])
+
+
 def gcs_client(address: str) -> Any:
     """A GCS client of its own (never the driver's blocking one), whose
     ``internal_kv_get(key, namespace, timeout=)`` reads the cluster's session name
