@@ -20,6 +20,8 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 import kubetune
 
 PACKAGE = pathlib.Path(kubetune.__file__).parent
@@ -219,3 +221,14 @@ def test_the_platform_name_rule_sees_a_planted_violation(tmp_path):
         "array = [1]\n")
     assert platform_names(tmp_path) == {"planted.py": [
         "import ray", "# waits for Kueue admission", 'QUEUE = "kueue.x-k8s.io/queue-name"']}
+
+
+def test_keys_are_composed_and_taken_apart_by_their_types():
+    from kubetune.spec.trial_key import ExperimentKey, TrialKey
+    key = TrialKey("ns", "exp", "exp-0")
+    assert TrialKey.parse(str(key)) == key and key.experiment_prefix == "ns/exp/"
+    assert ExperimentKey.parse(key.experiment_prefix) == ExperimentKey.parse(str(key)) == ("ns", "exp")
+    assert str(ExperimentKey("ns", "exp")) == "ns/exp/"
+    for broken in ("", "ns", "ns/", "/exp/"):
+        with pytest.raises(ValueError):
+            ExperimentKey.parse(broken)

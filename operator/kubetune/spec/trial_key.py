@@ -26,3 +26,22 @@ class TrialKey(NamedTuple):
     def experiment_prefix(self) -> str:
         """What every key of this trial's Experiment starts with."""
         return f"{self.namespace}/{self.experiment}/"
+
+
+class ExperimentKey(NamedTuple):
+    """An Experiment's part of its trials' keys: their prefix ``<namespace>/<experiment>/``."""
+    namespace: str
+    experiment: str
+
+    @classmethod
+    def parse(cls, text: str) -> "ExperimentKey":
+        """The Experiment of a key prefix ``"ns/exp/"`` or of a trial key; anything with
+        fewer parts is our own bug, so it fails loudly."""
+        namespace, _, rest = text.partition("/")
+        experiment = rest.partition("/")[0]
+        if not namespace or not experiment:
+            raise ValueError(f"not an Experiment's key prefix <namespace>/<experiment>/: {text!r}")
+        return cls(namespace, experiment)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.experiment}/"

@@ -36,6 +36,7 @@ from typing import Any, Mapping, TextIO
 
 from kubetune.trainable import api
 from kubetune.spec.results import RESULT_PREFIX, Result, check_metrics
+from kubetune.spec.trial_key import TrialKey
 from kubetune.trainable.function_runner import _plain
 
 # how long report() keeps trying one result before the trial fails: past an operator
@@ -66,7 +67,8 @@ class PodSession:
         self.url = environ["KUBETUNE_INGEST_URL"].rstrip("/")
         self.token = environ["KUBETUNE_TRIAL_TOKEN"]
         self.trial_key = environ.get("KUBETUNE_TRIAL", "")
-        namespace, _, trial = (self.trial_key.split("/") + ["", "", ""])[:3]
+        # no KUBETUNE_TRIAL: not in a trial pod (the first report says so)
+        namespace, _, trial = TrialKey.parse(self.trial_key) if self.trial_key else ("", "", "")
         self.endpoint = f"{self.url}/v1/results/{namespace}/{trial}"
         self.attempt = int(environ.get("KUBETUNE_ATTEMPT") or 0)
         self.start_iteration = int(environ.get("KUBETUNE_START_ITERATION") or 0)

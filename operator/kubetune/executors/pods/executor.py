@@ -69,7 +69,7 @@ from kubetune.k8s.errors import ApiError
 from kubetune.k8s.kueue import KueueApi
 from kubetune.k8s.pods import PodApi
 from kubetune.spec import pod_policy
-from kubetune.spec.trial_key import TrialKey
+from kubetune.spec.trial_key import ExperimentKey, TrialKey
 
 log = logging.getLogger(__name__)
 
@@ -478,7 +478,7 @@ class PodExecutor:
     def stop_all(self, prefix: str) -> int:
         """Delete every pod of ``"<namespace>/<experiment>/"``; how many.  Never raises."""
         try:
-            namespace, experiment = prefix.split("/")[:2]
+            namespace, experiment = ExperimentKey.parse(prefix)
             pods = self._list(namespace, experiment, force=True)
             for name in pods:
                 self._delete_pod(namespace, name)
@@ -555,7 +555,7 @@ class PodExecutor:
 
 def _trial_of(pod: Mapping[str, Any]) -> str:
     key = (pod["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY, "")
-    return key.rsplit("/", 1)[-1]
+    return TrialKey.parse(key).trial if key else ""
 
 
 def _attempt_of(pod: Mapping[str, Any]) -> int:

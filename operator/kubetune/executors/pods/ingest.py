@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
 from kubetune.executors.pods.ingest_http import BoundedHttpServer, HttpError
-from kubetune.spec.trial_key import TrialKey
+from kubetune.spec.trial_key import ExperimentKey, TrialKey
 from kubetune.spec.results import MAX_RESULT_BYTES, MetricError, Result, check_iteration, check_metrics
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class ResultInbox:
 
     def forget(self, prefix: str) -> None:
         """Drop every trial under ``"<namespace>/<experiment>/"`` (the Experiment is gone)."""
-        namespace, experiment = prefix.split("/")[:2]
+        namespace, experiment = ExperimentKey.parse(prefix)
         with self._lock:
             for key in [k for k, box in self._boxes.items()
                         if k[0] == namespace and box.experiment == experiment]:
