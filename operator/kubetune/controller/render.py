@@ -213,21 +213,12 @@ def _stuck_on(extra_conditions: list[tuple[str, bool, str, str]], previous: Mapp
     return ""
 
 
-def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mapping[str, Any],
-                      generation: int | None, now: float, suspended: bool,
-                      extra_conditions: Iterable[tuple[str, bool, str, str]] = (),
-                      blocked: tuple[str, str] | None = None,
-                      kept: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The Experiment's status: phase, conditions, counts, best trial, queue reason.
-    ``extra_conditions``: (type, status, reason, message) of the conditions its caller judged.
-    ``kept``: fields a restarted operator needs as written (bounded by their writer),
-    never cut, like the conditions (e.g. ``warmStartSources``)."""
-    extra_conditions = list(extra_conditions)
-    counts = {key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}
-    counts["created"] = summary.created
-    done = counts["succeeded"] + counts["failed"] + counts["stopped"]
-    conditions = list(previous.get("conditions") or [])
-
+def _phase(summary: ExperimentSummary, counts: Mapping[str, int], done: str, conditions: list[dict[str, Any]],
+           previous: Mapping[str, Any], extra_conditions: list[tuple[str, bool, str, str]],
+           blocked: tuple[str, str] | None, suspended: bool, now: float,
+           generation: int | None) -> tuple[str, str, str, list[dict[str, Any]]]:
+    """The phase machine: blocked, finished, suspended or running; the phase, its reason
+    and message, and the conditions that say so."""
     finished = summary.finished
     if blocked is not None and finished is None:
         # the operator cannot do its work (e.g. a missing permission): Failed while it
@@ -254,7 +245,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
                                    now=now, generation=generation)
     else:
         phase, reason = "Running", "TrialsQueued" if counts["queued"] and not counts["running"] else "TrialsRunning"
-        message = f"{counts['running']} running, {counts['queued']} queued, {done}/{total} done"
+        message = f"{counts['running']} running, {counts['queued']} queued, {done}"
         if counts["queued"] and summary.queue_reason:     # what the queued ones wait for
             message = f"{message}; queued: {summary.queue_reason}"
         cause = _stuck_on(extra_conditions, previous, now)
@@ -265,6 +256,25 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         if any(c["type"] == "Suspended" for c in conditions):
             conditions = set_condition(conditions, "Suspended", False, "Resumed", "",
                                        now=now, generation=generation)
+    return phase, reason, message, conditions
+
+
+def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mapping[str, Any],
+                      generation: int | None, now: float, suspended: bool,
+                      extra_conditions: Iterable[tuple[str, bool, str, str]] = (),
+                      blocked: tuple[str, str] | None = None,
+                      kept: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Experiment's status: phase, conditions, counts, best trial, queue reason.
+    ``extra_conditions``: (type, status, reason, message) of the conditions its caller judged.
+    ``kept``: fields a restarted operator needs as written (bounded by their writer),
+    never cut, like the conditions (e.g. ``warmStartSources``)."""
+    extra_conditions = list(extra_conditions)
+    counts = {**{key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}, "created": summary.created}
+    done = counts["succeeded"] + counts["failed"] + counts["stopped"]
+    conditions = list(previous.get("conditions") or [])
+    finished = summary.finished
+    phase, reason, message, conditions = _phase(summary, counts, f"{done}/{total} done", conditions, previous,
+                                                extra_conditions, blocked, suspended, now, generation)
     if finished is None and blocked is None:
         # the run goes on (maxTrials raised, a fixed spec, a permission granted): conditions describe this
         # generation, so an earlier outcome is withdrawn (kubectl wait must not return)
@@ -290,8 +300,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
         "queueReason": summary.queue_reason or "",
         "startTime": previous.get("startTime") or rfc3339(now),
     }
-    if generation is not None:
-        status["observedGeneration"] = generation
+    status.update({"observedGeneration": generation} if generation is not None else {})
     if summary.best_trial is not None:
         # values cut as on the Pareto front: one long choice must not crowd out the rest
         status["bestTrial"] = {"name": summary.best_trial,
