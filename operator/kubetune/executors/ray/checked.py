@@ -112,5 +112,5 @@ def description(value: Any) -> dict:
             "shape": shape or {}, "name": _text(value.get("name"), "name", 512),
             "pid": _int(value.get("pid"), "pid", optional=True, low=0),
             "state": _text(value.get("state"), "state", 40),
-            "last_seq": _int(value.get("last_seq"), "last_seq", optional=True, low=0),
+            "last_seq": _int(value.get("last_seq"), "last_seq", optional=True, low=-1),
             "hosted": _int(value.get("hosted", 0), "hosted", low=0)}
