@@ -16,7 +16,6 @@ from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.platform_queue import PlatformQueue
 from kubetune.controller.status_events import status_events
 from kubetune.controller.write_failures import WriteFailures
-from kubetune.core.sanitize import cap_text
 from kubetune.core.types import ExperimentSummary, TrialPhase
 from kubetune.k8s.errors import WriteRefused
 
