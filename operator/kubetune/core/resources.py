@@ -9,8 +9,9 @@ Pure bookkeeping: the platform feeds it the cluster's shape, nothing here asks i
 """
 from __future__ import annotations
 
+import bisect
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from kubetune.spec.quantities import format_memory
@@ -66,6 +67,8 @@ class ResourceLedger:
         self._node_free: list[Resources] = []     # per node: capacity minus what is held there
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
+        self._line: _Line | None = None         # the waiting queue's order and who blocks, until a change
+        self.work = {"sorts": 0, "shape_checks": 0}   # what placement cost (tests count it, not time)
 
     # ------------------------------------------------------------ capacity
 
@@ -79,6 +82,7 @@ class ResourceLedger:
         self._nodes = list(nodes) if nodes else [total]
         self._node_types = list(node_types) if node_types is not None else None
         self._known = True
+        self._line = None
         self._node_free = list(self._nodes)
         # Nodes come and go: re-place every holding on the new node list. A holding that no
         # longer fits anywhere stays counted (index -1) until its owner releases it.
@@ -117,9 +121,11 @@ class ResourceLedger:
             if index >= 0:
                 self._node_free[index] = self._node_free[index] - bundle
         self._held[owner] = list(zip(placement, bundles))
+        self._line = None
         return True
 
     def _unplace(self, owner: str) -> None:
+        self._line = None
         for index, bundle in self._held.pop(owner, ()):
             if index >= 0:
                 # Subtraction clamps at zero, so adding back could exceed the node: recompute
@@ -150,18 +156,19 @@ class ResourceLedger:
         if not self._place(owner, bundles):
             return False
         self._waiting.pop(owner, None)
+        self._line = None
         return True
 
     def adopt(self, owner: str, bundles: list[Resources]) -> None:
         """Record resources already in use by a running trial (after an operator restart):
         never refuses, since the trial is running whatever the ledger thinks."""
         self._unplace(owner)
-        self._waiting.pop(owner, None)
+        self.clear_waiting(owner)
         self._place(owner, bundles, force=True)
 
     def release(self, owner: str) -> None:
         self._unplace(owner)
-        self._waiting.pop(owner, None)
+        self.clear_waiting(owner)
 
     # ------------------------------------------------------------ feasibility
 
@@ -204,16 +211,52 @@ class ResourceLedger:
         """Register (or refresh) unmet demand; the arrival order is kept across refreshes."""
         current = self._waiting.get(owner)
         order = current.order if current else next(self._arrivals)
-        self._waiting[owner] = _Waiting(list(bundles), priority, order)
+        entry = _Waiting(list(bundles), priority, order)
+        if current == entry:
+            return
+        self._waiting[owner] = entry
+        line, key = self._line, (-priority, order)
+        if current is None and line is not None and (not line.keys or key > line.keys[-1]):
+            self._extend(line, owner, entry)      # the newest arrival joins the end: O(1)
+        else:
+            self._line = None
 
     def clear_waiting(self, owner: str) -> None:
-        self._waiting.pop(owner, None)
+        if self._waiting.pop(owner, None) is not None:
+            self._line = None
 
     def is_waiting(self, owner: str) -> bool:
         return owner in self._waiting
 
     def _queue(self) -> list[tuple[str, _Waiting]]:
-        return sorted(self._waiting.items(), key=lambda item: (-item[1].priority, item[1].order))
+        return self._current_line().queue
+
+    def _current_line(self) -> "_Line":
+        """The waiting queue in order, and for each place in it what the requests ahead
+        block: built once per change of the ledger (O(n log n), one fit check per distinct
+        request shape), so that placing n queued trials is O(n log n), not O(n^2)."""
+        if self._line is not None:
+            return self._line
+        self.work["sorts"] += 1
+        queue = sorted(self._waiting.items(), key=lambda item: (-item[1].priority, item[1].order))
+        line = _Line(queue=[], keys=[])
+        for owner, entry in queue:
+            self._extend(line, owner, entry)
+        self._line = line
+        return line
+
+    def _extend(self, line: "_Line", owner: str, entry: _Waiting) -> None:
+        """Append a request to the end of ``line`` (one fit check per distinct shape)."""
+        shape = tuple(tuple(sorted(b.to_ray().items())) for b in entry.bundles)
+        if shape not in line.shorts:
+            line.shorts[shape] = frozenset(self._short_kinds(entry.bundles))
+        short = line.shorts[shape]
+        position = len(line.queue)
+        line.queue.append((owner, entry))
+        line.keys.append((-entry.priority, entry.order))
+        line.fits_before.append(line.fits_before[-1] or not short)
+        for kind in short:
+            line.first_short.setdefault(kind, position)
 
     def waiting_bundles(self) -> list[Resources]:
         """Every waiting bundle, first in line first."""
@@ -228,6 +271,7 @@ class ResourceLedger:
 
     def _short_kinds(self, bundles: list[Resources]) -> set[str]:
         """The resources a request is blocked on right now (empty if it would fit)."""
+        self.work["shape_checks"] += 1
         free_nodes = self._free_per_node()
         if first_fit(bundles, free_nodes) is not None:
             return set()
@@ -262,7 +306,19 @@ class ResourceLedger:
         return result
 
     def next_owner_allowed(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> bool:
-        return not self.blockers(owner, bundles, priority)
+        """``not blockers(...)`` in O(log n): a binary search for the owner's place in line,
+        then what the requests ahead of it block (``_current_line``)."""
+        mine = self._waiting.get(owner)
+        if mine is not None:
+            bundles, key = mine.bundles, (-mine.priority, mine.order)
+        else:
+            key = (-priority, float("inf"))
+        line = self._current_line()
+        position = bisect.bisect_left(line.keys, key)     # requests strictly ahead
+        if line.fits_before[position]:
+            return False
+        kinds = {k for b in bundles or [] for k in b.kinds()}
+        return all(line.first_short.get(kind, position) >= position for kind in kinds)
 
     def queue_reason(self, owner: str) -> str:
         """Why ``owner`` is not running yet, in words for the Trial and Experiment status."""
@@ -283,9 +339,10 @@ class ResourceLedger:
             return (f"waiting for {describe_amount(kind, demand.amount(kind))} "
                     f"({_amount_only(kind, free.amount(kind))} free of "
                     f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
-        ahead = self.blockers(owner)
-        if ahead:
-            return f"waiting behind {len(ahead)} earlier request(s) of equal or higher priority"
+        if not self.next_owner_allowed(owner):
+            line = self._current_line()
+            ahead = bisect.bisect_left(line.keys, (-entry.priority, entry.order))
+            return f"waiting behind {ahead} earlier request(s) of equal or higher priority"
         return "resources are free; starting at the next step"
 
     def queue_summary(self, owners: list[str]) -> str:
@@ -304,6 +361,16 @@ class ResourceLedger:
             return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
                     f"{_amount_only(kind, free.amount(kind))} free{suffix}")
         return f"{count}: {self.queue_reason(first)}"
+
+
+@dataclass
+class _Line:
+    queue: list[tuple[str, _Waiting]]
+    keys: list[tuple[int, int]]
+    # [i]: a request ahead of place i fits now (one more entry than the queue: past its end)
+    fits_before: list[bool] = field(default_factory=lambda: [False])
+    first_short: dict[str, int] = field(default_factory=dict)   # kind -> first place short of it
+    shorts: dict[tuple, frozenset[str]] = field(default_factory=dict)   # request shape -> short kinds
 
 
 def _nodes(count: int) -> str:

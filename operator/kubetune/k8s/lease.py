@@ -4,12 +4,17 @@
 starts: a standby replica waits there (serving its health endpoint), so exactly one
 replica watches Experiments and drives trials. The leader renews in the background
 and, if it cannot renew in time, ends its process at once (``on_lost``) — before the
-lease can expire for a standby — so two replicas never drive at the same time."""
+lease can expire for a standby — so two replicas never drive at the same time.
+
+Renewal runs on a thread of its own with an API client of its own, never on the event
+loop or its default thread pool: whatever the controllers do there (one tenant's
+Experiment at parallelism 1,000, a slow Ray call) cannot starve it (issue 25, N7)."""
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import logging
+import threading
 import time
 from typing import Callable
 
@@ -39,7 +44,9 @@ class LeaderElector:
         self.leading = False
         self._observation = Observation()
         self._api = kubernetes.client.CoordinationV1Api()
-        self._renewer: asyncio.Task | None = None
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._request_timeout: float | None = None    # per API call while renewing (the deadline)
 
     async def acquire(self) -> None:
         """Return once this replica holds the Lease."""
@@ -54,17 +61,20 @@ class LeaderElector:
         log.info("leading: %s holds %s/%s", self.identity, self.namespace, self.name)
 
     def keep_renewing(self, on_lost: Callable[[str], None]) -> None:
-        """Renew every retry period; ``on_lost`` when no renewal succeeded for the deadline."""
-        self._renewer = asyncio.get_running_loop().create_task(self._renew_loop(on_lost))
+        """Renew every retry period, on a thread of its own; ``on_lost`` (called on that
+        thread) when no renewal succeeded for the deadline."""
+        self._api = kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient())   # not shared
+        # a renewal that takes longer than the deadline is no renewal
+        self._request_timeout = self.renew_deadline_s
+        self._renewer = threading.Thread(target=self._renew_loop, args=(on_lost,), daemon=True,
+                                         name="lease-renewal")
+        self._renewer.start()
 
-    async def _renew_loop(self, on_lost: Callable[[str], None]) -> None:
+    def _renew_loop(self, on_lost: Callable[[str], None]) -> None:
         renewed_at = time.monotonic()
-        while True:
-            await asyncio.sleep(self.retry_period_s)
+        while not self._stop.wait(self.retry_period_s):
             try:
-                # a renewal that takes longer than the deadline is no renewal
-                held = await asyncio.wait_for(asyncio.to_thread(self._try_acquire_or_renew),
-                                              timeout=self.renew_deadline_s)
+                held = self._try_acquire_or_renew()
             except Exception as error:  # noqa: BLE001 - the API is unreachable: try again until the deadline
                 log.warning("cannot renew the lease %s/%s: %s", self.namespace, self.name, error)
                 held = None
@@ -73,14 +83,16 @@ class LeaderElector:
             elif held is False or time.monotonic() - renewed_at >= self.renew_deadline_s:
                 self.leading = False
                 holder = self._observation.record.holder if self._observation.record else "?"
-                on_lost(f"lost the lease {self.namespace}/{self.name} (held by {holder})"
-                        if held is False else f"could not renew the lease for {self.renew_deadline_s:.0f}s")
+                if not self._stop.is_set():
+                    on_lost(f"lost the lease {self.namespace}/{self.name} (held by {holder})"
+                            if held is False else f"could not renew the lease for {self.renew_deadline_s:.0f}s")
                 return
 
     async def release(self) -> None:
         """Give the Lease up (a clean shutdown): a standby takes over at once."""
+        self._stop.set()
         if self._renewer is not None:
-            self._renewer.cancel()
+            await asyncio.to_thread(self._renewer.join, self.renew_deadline_s)
         if not self.leading:
             return
         self.leading = False
@@ -107,7 +119,7 @@ class LeaderElector:
 
     def _read(self) -> LeaseRecord | None:
         try:
-            lease = self._api.read_namespaced_lease(self.name, self.namespace)
+            lease = self._api.read_namespaced_lease(self.name, self.namespace, **self._timeout())
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -127,11 +139,14 @@ class LeaderElector:
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
         if record is None:
-            self._api.create_namespaced_lease(self.namespace, body)
+            self._api.create_namespaced_lease(self.namespace, body, **self._timeout())
         else:
             # conditional on the version read: of two replicas writing at once, one wins
             body["metadata"]["resourceVersion"] = record.version
-            self._api.replace_namespaced_lease(self.name, self.namespace, body)
+            self._api.replace_namespaced_lease(self.name, self.namespace, body, **self._timeout())
+
+    def _timeout(self) -> dict:
+        return {"_request_timeout": self._request_timeout} if self._request_timeout else {}
 
 
 async def serve_health(port: int, path: str, ready: Callable[[], bool]):
