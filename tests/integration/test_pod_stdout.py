@@ -165,6 +165,31 @@ def test_an_operator_restart_rereads_the_log_without_counting_twice(pod_operator
     assert get_experiment(custom, ns, "reread")["status"]["bestTrial"]["metric"] == 0.5
 
 
+def test_a_finished_pods_results_beyond_the_inbox_are_all_read_after_a_restart(pod_operator, admin, core, custom,
+                                                                               pod_namespace, tmp_path):
+    """AUDIT N8: a stdout trial prints more results than the inbox holds (1,000) and ends
+    while no operator runs.  The next one starts the trial's box at the recorded seq (not
+    -1: the log's first lines are stored already), reads the log to its end across the
+    inbox's 429s, and only then lets the trial end: no result after the last recorded is lost."""
+    ns = pod_namespace
+    create(custom, ns, stdout_experiment("longlog", budget={"maxTrials": 1}))
+    (container,) = [PrintingContainer(admin, pod, tmp_path) for pod in running_pods(core, ns, "longlog", 1)]
+    container.print(result({"loss": 5000.0}), result({"loss": 4000.0}))
+    wait_for(lambda: len(history(custom, ns, "longlog")["longlog-0"]) == 2, timeout=30, interval=0.2,
+             message="the first two results recorded")
+    pod_operator.kill()
+    total = 2600
+    container.print(*(result({"loss": float(total - i)}) for i in range(2, total)))
+    container.exit(0)
+    wait_for(lambda: core.read_namespaced_pod(container.name, ns).status.phase == "Succeeded",
+             timeout=30, interval=0.2, message="the pod to end")
+    pod_operator.start()
+    wait_condition(custom, ns, "longlog", "Succeeded", timeout=120, operator=pod_operator)
+    [trial] = trials(custom, ns, "longlog")
+    assert (trial["status"]["iteration"], trial["status"]["lastResultSeq"]) == (total, total - 1)
+    assert get_experiment(custom, ns, "longlog")["status"]["bestTrial"]["metric"] == 1.0   # the last line's
+
+
 def test_the_stdout_collector_is_refused_for_ray_trials(custom, pod_namespace):
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "metadata": {"name": "mixed"},
             "spec": {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},

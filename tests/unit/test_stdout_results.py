@@ -1,5 +1,7 @@
 """The stdout result format (metricsCollector: stdout): which lines are results, how they
 are numbered, and what a malformed one says."""
+import json
+
 import pytest
 
 from kubetune.executors.pods import spec as pod_spec
@@ -127,3 +129,13 @@ def test_the_log_is_split_in_bounded_memory_whatever_a_line_holds():
     # the cut result line keeps its seq (numbering stays right) and says why it was skipped
     assert [(p.seq, p.problem) for p in overlong] == [(2, f"longer than {MAX_LINE_CHARS} characters")]
     assert [p.seq for p in parsed if isinstance(p, ResultLine)] == [1, 3]
+
+
+def test_an_iteration_too_large_is_said_and_does_not_drop_the_lines_after_it():
+    """A printed iteration above what the ingest takes (2^31-1) was dropped without a word,
+    and every later line with it (each counts on from the one before)."""
+    parser = ResultLines(first_seq=0, start_iteration=0, attempt=0)
+    parsed = [parser.feed(f"KUBETUNE_RESULT {json.dumps(fields)}") for fields in
+              ({"loss": 1.0}, {"loss": 2.0, "iteration": 2 ** 40}, {"loss": 3.0}, {"loss": 4.0, "iteration": 9})]
+    assert isinstance(parsed[1], MalformedLine) and parsed[1].seq == 1 and "above 2147483647" in parsed[1].problem
+    assert [(p.seq, p.body["iteration"]) for p in parsed if isinstance(p, ResultLine)] == [(0, 1), (2, 2), (3, 9)]

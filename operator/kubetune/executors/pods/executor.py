@@ -254,12 +254,15 @@ class PodExecutor:
             listing = self._listings[(namespace, experiment)]
             attempt = self._current_attempt(key, trial, pods)
             pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
+            drained = True
             if pod is not None and collects_stdout(pod):
-                self.log_follower.track(key, pod)    # an ended pod: its last lines are in the inbox after this
+                # an ended pod: its last lines are in the inbox after this, or (more than the
+                # inbox holds) it is not drained yet and the trial has not ended for the controller
+                drained = self.log_follower.track(key, pod, after_seq)
             elif pod is not None and self.inbox.token(namespace, trial) is None:
                 self._adopt(namespace, experiment, trial)
             results = self.inbox.take(key, after_seq, limit)
-            updates[key] = self._update(key, pod, attempt, results, listing.at)
+            updates[key] = self._update(key, pod, attempt, results, listing.at, drained=drained)
         return updates
 
     def _current_attempt(self, key: str, trial: str, pods: Mapping[str, dict]) -> int | None:
@@ -271,7 +274,7 @@ class PodExecutor:
         return max(attempts) if attempts else None
 
     def _update(self, key: str, pod: dict | None, attempt: int | None, results: tuple,
-                listed_at: float) -> TrialUpdate:
+                listed_at: float, *, drained: bool = True) -> TrialUpdate:
         checkpoint, iteration = self.inbox.latest(key)
         common = {"results": results, "attempt": attempt, "checkpoint": checkpoint, "iteration": iteration}
         if pod is None:
@@ -311,6 +314,8 @@ class PodExecutor:
                     return TrialUpdate(key, TrialState.RUNNING, waiting_reason=kueue_state.waiting,
                                        waiting_message=kueue_state.message, awaiting_admission=True,
                                        queue_full=kueue_state.queue_full, **common)
+        if phase in ("Succeeded", "Failed") and not drained:   # its last results are still in its log
+            return TrialUpdate(key, TrialState.RUNNING, **common)
         if phase == "Succeeded":
             return TrialUpdate(key, TrialState.COMPLETED, **common)
         if phase == "Failed":

@@ -89,11 +89,13 @@ class ResultInbox:
         with self._lock:
             self._boxes[(namespace, trial)] = _Box(experiment, token_hash(token), attempt, taken=after_seq)
 
-    def adopt(self, namespace: str, trial: str, experiment: str, token: str) -> _Box:
+    def adopt(self, namespace: str, trial: str, experiment: str, token: str, after_seq: int = -1) -> _Box:
         """A trial this process did not start (the operator restarted): accept its results
-        (with ``token``; "" accepts none by HTTP, e.g. a stdout trial read from its log)."""
+        (with ``token``; "" accepts none by HTTP, e.g. a stdout trial read from its log)
+        after ``after_seq``, the last one the controller recorded: a log read again from its
+        first line does not fill the box with results stored already."""
         with self._lock:
-            box = self._boxes.setdefault((namespace, trial), _Box(experiment, None))
+            box = self._boxes.setdefault((namespace, trial), _Box(experiment, None, taken=after_seq))
             if token and box.token_hash is None:
                 box.token_hash = token_hash(token)
             return box

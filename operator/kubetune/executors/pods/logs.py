@@ -104,18 +104,23 @@ class PodLogFollower:
         self._drained: set[tuple[str, str]] = set()     # (trial key, pod uid): ended pods read to the end
         self._warned: dict[tuple[str, str], set[int]] = {}   # (trial key, pod uid) -> malformed seqs reported
 
-    def track(self, trial_key: str, pod: Mapping[str, Any]) -> None:
-        """Follow the running pod; read an ended one to its last line (this call waits for that)."""
+    def track(self, trial_key: str, pod: Mapping[str, Any], after_seq: int = -1) -> bool:
+        """Follow the running pod; read an ended one to its last line (this call waits for
+        that).  False while an ended pod's log is not read to its end yet (its results did not
+        all fit in the inbox: read on once the controller took them): the trial has not ended
+        for the controller until it is.  ``after_seq``: the last result the controller
+        recorded, where a trial adopted after a restart starts."""
         namespace, experiment, trial = TrialKey.parse(trial_key)
         if self.inbox.token(namespace, trial) is None:
             # started by an earlier operator process: its results come from the log only, so
             # no token is needed (and none accepted: "" matches no bearer token)
-            self.inbox.adopt(namespace, trial, experiment, "")
+            self.inbox.adopt(namespace, trial, experiment, "", after_seq=after_seq)
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
-            self._drain(trial_key, pod)
-        elif phase == "Running":
+            return self._drain(trial_key, pod)
+        if phase == "Running":
             self._follow(trial_key, pod)
+        return True
 
     def forget(self, trial_key: str) -> None:
         """The trial was stopped: close its stream."""
@@ -182,11 +187,13 @@ class PodLogFollower:
 
     # ---------------------------------------------------------------- the last lines
 
-    def _drain(self, trial_key: str, pod: Mapping[str, Any]) -> None:
+    def _drain(self, trial_key: str, pod: Mapping[str, Any]) -> bool:
+        """Whether the ended pod's log is read to its end (or could not be read at all,
+        which is reported): its last result is then in the inbox."""
         meta = pod["metadata"]
         with self._lock:
             if (trial_key, meta["uid"]) in self._drained:
-                return
+                return True
             stream = self._streams.get(trial_key)
             if stream is not None and stream.pod == meta["name"]:
                 del self._streams[trial_key]
@@ -204,16 +211,16 @@ class PodLogFollower:
             except Exception as caught:  # noqa: BLE001 - the kubelet may be briefly unreachable
                 error = caught     # read again from the first line: the inbox drops what it has
                 time.sleep(0.5 * (attempt + 1))
+        if refused == 429:    # a full buffer: read on (from the start, deduplicated) once it was taken
+            return False
         with self._lock:
             self._drained.add((trial_key, meta["uid"]))
-        if refused == 429:    # a full buffer: read it again once the operator took what it holds
-            with self._lock:
-                self._drained.discard((trial_key, meta["uid"]))
         if refused is None:
             log.warning("cannot read the log of ended pod %s/%s: %s", meta["namespace"], meta["name"], error)
             self._warn(pod, "ResultsIncomplete",
                        f"{meta['name']}: the log could not be read after the container ended ({error}); "
                        "results printed since the last one recorded are missing", name_suffix="final")
+        return True
 
     def _read_to_end(self, trial_key: str, pod: Mapping[str, Any]) -> int:
         """Deliver every line of an ended pod's log, streamed (not held whole); the refusal
@@ -246,6 +253,9 @@ class PodLogFollower:
             return 0
         namespace, _, trial = TrialKey.parse(trial_key)
         status, answer = self.inbox.offer(namespace, trial, item.body)
+        if status == 400:    # out of the ingest's bounds: said, as a malformed line is
+            self._report_malformed(trial_key, pod, MalformedLine(item.seq, str(answer.get("error")), ""))
+            return 0
         if status in (404, 409, 410, 429):   # 429: the stream reopens (and re-reads) once taken
             log.info("%s: result seq %d from the log not taken: %s", trial_key, item.seq, answer.get("error"))
             return status

@@ -29,6 +29,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kubetune.executors.pods.ingest import MAX_SEQ
 from kubetune.spec.results import RESULT_PREFIX, MetricError, Result, check_iteration, check_metrics
 
 MAX_LINE_CHARS = 64 * 1024
@@ -115,6 +116,10 @@ class ResultLines:
         if problem:
             return MalformedLine(seq, problem, line[:200])
         iteration = fields.get("iteration", self._iteration + 1)
+        if iteration > MAX_SEQ:
+            # said (a MalformedLine is a Warning), and the lines after it still count from
+            # the last iteration the ingest takes: one bad number must not drop the rest
+            return MalformedLine(seq, f"iteration {iteration} is above {MAX_SEQ}", line[:200])
         self._iteration = iteration
         # no timestamp: the ingest stamps it when it takes the line
         body = Result(seq=seq, iteration=iteration, attempt=self._attempt, timestamp=None,
