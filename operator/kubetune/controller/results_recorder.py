@@ -59,10 +59,6 @@ class ResultsRecorder:
                           "and are not stored; the operator log has the details"))
         return found
 
-    def forget(self) -> None:
-        """The Experiment is deleted: what the store holds of it goes too."""
-        self.writer.forget_experiment(self.experiment_uid)
-
     # ------------------------------------------------------------------ what the controller reports
 
     def experiment_status(self, status: Mapping[str, Any]) -> None:
