@@ -92,10 +92,10 @@ class ResultsWriter:
 
     def submit(self, batch: Batch) -> None:
         with self._lock:
+            if self._forgotten:   # a last cycle's rows of a deleted Experiment
+                batch = batch_of(row for row in self._rows(batch) if not self._is_forgotten(row))
             for trial in batch.trials:
                 self._owners[trial.uid] = trial.experiment_uid
-            if self._forgotten:
-                batch = batch_of(row for row in self._rows(batch) if not self._is_forgotten(row))
             self._merge(batch, newer=True)
             self._bound()
             self._lock.notify()
