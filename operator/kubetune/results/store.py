@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, create_engine, delete, event, func, select
+from sqlalchemy import Engine, String, create_engine, delete, event, func, select
 from sqlalchemy.engine import make_url
 
 from kubetune.results import migrate, schema, values
@@ -72,6 +72,16 @@ def _engine(url: str, read_only: bool = False) -> Engine:
     # pre-ping: a restarted database server costs one failed batch, not a dead pool
     extra = {"connect_args": {"options": "-c default_transaction_read_only=on"}} if read_only else {}
     return create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=2, **extra)
+
+
+def _storable(row: dict[str, Any], texts: Sequence[str]) -> dict[str, Any]:
+    """``row`` with its text columns made storable (values.storable); the row itself when it
+    needs nothing (the common case: copying every row of a large batch costs throughput)."""
+    for name in texts:
+        value = row.get(name)
+        if value is not None and (not value.isascii() or "\x00" in value):
+            return {k: values.storable(v) if isinstance(v, str) else v for k, v in row.items()}
+    return row
 
 
 def _insert(dialect: str):
@@ -160,7 +170,8 @@ class ResultsStore:
         # every text made storable first (a trial's metric name or error can hold anything),
         # then several updates of one row in a batch: the last wins (and one statement may
         # not touch a row twice on PostgreSQL's multi-row path)
-        rows = [{k: values.storable(v) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
+        texts = [c.name for c in table.columns if isinstance(c.type, String)]   # Text is a String
+        rows = [_storable(row, texts) for row in rows]
         unique = list({tuple(row[k] for k in keys): row for row in rows}.values())
         statement = self._insert(table)
         update = {c.name: statement.excluded[c.name] for c in table.columns

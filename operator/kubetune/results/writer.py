@@ -68,7 +68,7 @@ class ResultsWriter:
         self._experiments: dict[str, ExperimentRow] = {}
         self._trials: dict[str, TrialRow] = {}
         self._failures: dict[tuple[str, int], FailureRow] = {}
-        self._results: collections.deque[ResultRow] = collections.deque()
+        self._results: collections.deque[tuple[ResultRow, int]] = collections.deque()   # (row, its bytes)
         self._bytes = 0                    # of the above
         self._writing = 0                  # rows taken by the thread, not yet written
         self._writing_bytes = 0
@@ -181,7 +181,7 @@ class ResultsWriter:
         return bool(self._results or self._experiments or self._trials or self._failures)
 
     def _pending_batch(self) -> Batch:
-        return Batch(list(self._experiments.values()), list(self._trials.values()), list(self._results),
+        return Batch(list(self._experiments.values()), list(self._trials.values()), [r for r, _ in self._results],
                      list(self._failures.values()))
 
     def _clear_pending(self) -> None:
@@ -201,17 +201,18 @@ class ResultsWriter:
                     self._bytes -= row_bytes(old)
                 table[key(row)] = row
                 self._bytes += row_bytes(row)
-        self._bytes += sum(row_bytes(r) for r in batch.results)
+        sized = [(row, row_bytes(row)) for row in batch.results]
+        self._bytes += sum(size for _, size in sized)
         if newer:
-            self._results.extend(batch.results)
+            self._results.extend(sized)
         else:
-            self._results.extendleft(reversed(batch.results))
+            self._results.extendleft(reversed(sized))
 
     def _bound(self) -> None:
         """Past the byte bound (what waits and what is being written), the oldest results go
         first, then the oldest failure records."""
         while self._bytes + self._writing_bytes > self._max_bytes and self._results:
-            self._bytes -= row_bytes(self._results.popleft())
+            self._bytes -= self._results.popleft()[1]
             self.dropped += 1
         while self._bytes + self._writing_bytes > self._max_bytes and self._failures:
             self._bytes -= row_bytes(self._failures.pop(next(iter(self._failures))))
@@ -222,9 +223,9 @@ class ResultsWriter:
         results, size = [], 0
         limit = min(MAX_BATCH_BYTES, self._max_bytes // 4)
         while self._results and len(results) < MAX_BATCH_RESULTS and (size < limit or not results):
-            row = self._results.popleft()
+            row, row_size = self._results.popleft()
             results.append(row)
-            size += row_bytes(row)
+            size += row_size
         batch = Batch(list(self._experiments.values()), list(self._trials.values()), results,
                       list(self._failures.values()))
         size += sum(row_bytes(row) for row in (*batch.experiments, *batch.trials, *batch.failures))
