@@ -4,8 +4,9 @@ processes sharing the test machine's cores.
 
 ``python ingest_flood.py PORT NAMESPACE VICTIM CONCURRENCY COUNT_FILE`` keeps CONCURRENCY
 POSTs in flight (each on its own connection, ``Connection: close``): for trials that
-do not exist, with made-up tokens, and for the trial VICTIM with a wrong token.  It
-writes how many were answered to COUNT_FILE as it goes."""
+do not exist, with made-up tokens, and for the trial VICTIM with a wrong token, from 8
+source addresses (127.0.0.2-9: pods other than the measured ones).  It writes how many
+were answered to COUNT_FILE as it goes."""
 from __future__ import annotations
 
 import asyncio
@@ -42,11 +43,12 @@ class Flood:
         self.process.wait(30)
 
 
-async def _post(port: int, namespace: str, trial: str, token: str) -> bool:
+async def _post(port: int, namespace: str, trial: str, token: str, source: str) -> bool:
     body = b'{"seq": 0, "iteration": 1, "metrics": {"loss": 0}}'
     try:
-        # from an address of its own, as another pod would be (the ingest limits connections per client)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        # from addresses of their own, as several other pods would (the ingest limits each
+        # source address to a few connections: 8 addresses keep the 100 posts in flight)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
         writer.write(f"POST /v1/results/{namespace}/{trial} HTTP/1.1\r\nHost: x\r\n"
                      f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
                      "Connection: close\r\n\r\n".encode() + body)
@@ -64,7 +66,7 @@ async def _flood(port: int, namespace: str, victim: str, concurrency: int, count
     async def one(n: int) -> None:
         nonlocal answered
         try:
-            if await _post(port, namespace, victim if n % 2 else f"bogus-{n}", f"guess-{n}"):
+            if await _post(port, namespace, victim if n % 2 else f"bogus-{n}", f"guess-{n}", f"127.0.0.{2 + n % 8}"):
                 answered += 1
                 if answered % 50 == 0:
                     Path(count_file).write_text(str(answered))
