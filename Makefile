@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench e2e clean-venv postgres chromium docs
+.PHONY: demo test unit integration bench bench-quality e2e clean-venv postgres chromium docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,8 +33,22 @@ integration: $(STAMP) postgres chromium
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
-bench: $(STAMP)
+bench: $(STAMP) bench-quality
 	$(BIN)/python -m kubetune.bench
+
+# Search quality against Optuna, Syne Tune and random search on offline benchmarks (issue 28),
+# 30 seeds: in a venv of its own, since mf-prior-bench pins numpy<2. About an hour on 2 cores.
+BENCH_VENV := .venv-bench
+QUALITY_REQUIREMENTS := operator/kubetune/bench/quality/requirements.txt
+$(BENCH_VENV)/.installed-stamp: $(QUALITY_REQUIREMENTS) pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/pip install --quiet -r $(QUALITY_REQUIREMENTS)
+	$(BENCH_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+bench-quality: $(BENCH_VENV)/.installed-stamp
+	$(BENCH_VENV)/bin/python -m kubetune.bench.quality --full
 
 # kind + KubeRay + charts/kubetune + examples/kuberay; skipped (exit 0, with the
 # reason) where no Docker engine runs; E2E_REQUIRED=1 turns the skip into a failure

@@ -1,0 +1,141 @@
+"""The peers, each behind the ask/tell interface of ``timeline.run_ask_tell``.
+
+- ``OptunaPeer``: Optuna in-process with the very sampler kubetune builds for the same
+  spec (taken from kubetune's own ``Searcher``) and the pruner kubetune's scheduler wraps
+  (``SuccessiveHalvingPruner`` for ASHA, ``HyperbandPruner`` for HyperBand). kubetune
+  must not lose what Optuna has.
+- ``SyneTunePeer``: Syne Tune's ASHA and BOHB schedulers (``syne_tune.optimizer.baselines``),
+  driven through their scheduler API (suggest / on_trial_result / on_trial_complete) by
+  the same event loop as everyone else: what Syne Tune's simulator backend does, on the
+  same clock.
+- ``RandomPeer``: random search, every trial to the highest fidelity. RS x2 is the same
+  with twice the workers: twice the budget at every point in time.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Mapping
+
+import optuna
+
+from kubetune.bench.quality.problems import Problem, draw
+from kubetune.bench.quality.timeline import kubetune_spec
+from kubetune.core.search import Searcher
+from kubetune.spec import parse_experiment
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class RandomPeer:
+    def __init__(self, problem: Problem, seed: int) -> None:
+        self.space, self.rng, self.count = problem.space, random.Random(seed), 0
+
+    def ask(self):
+        self.count += 1
+        return self.count, draw(self.space, self.rng)
+
+    def report(self, handle, iteration, metrics) -> bool:
+        return True
+
+    def finish(self, handle, metrics, stopped) -> None:
+        pass
+
+
+class OptunaPeer:
+    def __init__(self, problem: Problem, algorithm: str, scheduler: str, seed: int) -> None:
+        spec = parse_experiment(kubetune_spec(problem, algorithm, scheduler, seed, 8))
+        sampler = Searcher(spec, study_name="peer").study.sampler      # kubetune's own sampler, as built
+        pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+        if scheduler == "asha":
+            pruner = optuna.pruners.SuccessiveHalvingPruner(
+                min_resource=problem.grace_period, reduction_factor=3, min_early_stopping_rate=0)
+        elif scheduler == "hyperband":
+            pruner = optuna.pruners.HyperbandPruner(
+                min_resource=problem.grace_period, max_resource=problem.max_iterations, reduction_factor=3)
+        self.problem = problem
+        self.distributions = Searcher(spec, study_name="peer-space").distributions
+        self.study = optuna.create_study(
+            sampler=sampler, pruner=pruner,
+            directions=["minimize" if mode == "min" else "maximize" for _, mode in problem.metrics])
+        self.multi = len(problem.metrics) > 1
+
+    def ask(self):
+        trial = self.study.ask(self.distributions)
+        return trial, trial.params
+
+    def report(self, trial, iteration, metrics) -> bool:
+        if self.multi:
+            return True
+        trial.report(metrics[self.problem.objective], iteration)
+        return not trial.should_prune()
+
+    def finish(self, trial, metrics, stopped) -> None:
+        values = [metrics[m] for m, _ in self.problem.metrics]
+        if stopped:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, values if self.multi else values[0])
+
+
+def _syne_space(problem: Problem) -> dict[str, Any]:
+    from syne_tune.config_space import choice, loguniform, randint, uniform
+
+    space: dict[str, Any] = {}
+    for name, dist in problem.space.items():
+        (kind, args), = dist.items()
+        space[name] = {"uniform": lambda a: uniform(*a), "loguniform": lambda a: loguniform(*a),
+                       "randint": lambda a: randint(a[0], a[1] - 1),
+                       "choice": lambda a: choice(list(a))}[kind](args)
+    return space
+
+
+class SyneTunePeer:
+    """Syne Tune 0.16's ASHA or BOHB. Its schedulers want a ``Trial`` per config and the
+    resource attribute in every result; they answer CONTINUE / STOP / PAUSE."""
+
+    def __init__(self, problem: Problem, method: str, seed: int) -> None:
+        from syne_tune.optimizer import baselines
+
+        space = _syne_space(problem)
+        cls = {"asha": baselines.ASHA, "bohb": baselines.BOHB}[method]
+        self.problem = problem
+        self.scheduler = cls(space, metric=problem.objective, time_attr="epoch", max_t=problem.max_iterations,
+                             do_minimize=problem.minimize, grace_period=problem.grace_period,
+                             reduction_factor=3, random_seed=seed)
+        self.next_id = 0
+
+    def ask(self):
+        from syne_tune.backend.trial_status import Trial
+
+        suggestion = self.scheduler.suggest()
+        if suggestion is None or suggestion.config is None:
+            return None
+        trial = Trial(trial_id=self.next_id, config=suggestion.config, creation_time=None)
+        self.next_id += 1
+        self.scheduler.on_trial_add(trial)
+        params = {k: v for k, v in suggestion.config.items() if k in self.problem.space}
+        return trial, params
+
+    def _result(self, iteration: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        return {self.problem.objective: metrics[self.problem.objective], "epoch": iteration}
+
+    def report(self, trial, iteration, metrics) -> bool:
+        decision = self.scheduler.on_trial_result(trial, self._result(iteration, metrics))
+        return str(decision).lower().endswith("continue")
+
+    def finish(self, trial, metrics, stopped) -> None:
+        if not stopped:
+            self.scheduler.on_trial_complete(trial, self._result(self.problem.max_iterations, metrics))
+
+
+def syne_tune_available() -> bool:
+    try:
+        import syne_tune.optimizer.baselines  # noqa: F401
+    except Exception:   # not installed, or a dependency of it is not
+        return False
+    return True
+
+
+def finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))

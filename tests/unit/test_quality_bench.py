@@ -1,0 +1,91 @@
+"""The search-quality benchmark (issue 28): its simulated clock, its statistics and its
+targets, and the quick run that CI makes (python -m kubetune.bench.quality --quick)."""
+import json
+import math
+
+import pytest
+
+from kubetune.bench.quality import __main__ as bench
+from kubetune.bench.quality.methods import RS, RS2
+from kubetune.bench.quality.problems import MF, MO, Problem, catalogue
+from kubetune.bench.quality.scoring import FRACTIONS, budget_to_reach, iqm, regret_curve, summarise
+from kubetune.bench.quality.timeline import Trace, run_ask_tell, run_kubetune
+from kubetune.bench.quality.peers import RandomPeer
+
+
+def _line(slow_width: int = 0) -> Problem:
+    """A 1-D problem whose cost grows with x: the clock must charge it."""
+    return Problem(name="line", suite=MF, space={"x": {"uniform": [0.0, 1.0]}}, metrics=(("loss", "min"),),
+                   max_iterations=9, evaluate=lambda p, i: {"loss": p["x"] + 1.0 / i},
+                   cost=lambda p, i: 1.0 + p["x"], budget=60.0, grace_period=1, best=0.0, worst=2.0)
+
+
+def test_every_method_keeps_all_8_workers_busy_on_the_same_clock():
+    problem = _line()
+    for trace in (run_kubetune(problem, "random", "asha", seed=1), run_ask_tell(problem, RandomPeer(problem, 1))):
+        assert trace.times == sorted(trace.times) and trace.times[-1] <= problem.budget
+        # 8 workers for 60 s: at most 480 worker-seconds, and idle only for the last
+        # iteration each worker could not finish within the budget (< 2 s each)
+        assert 480 - 8 * 2 <= trace.busy <= 480
+
+
+def test_rs_x2_spends_twice_the_budget():
+    problem = _line()
+    single, double = run_ask_tell(problem, RandomPeer(problem, 3)), run_ask_tell(problem, RandomPeer(problem, 3), workers=16)
+    assert double.busy == pytest.approx(2 * single.busy, rel=0.1)
+
+
+def test_regret_scores_the_incumbent_by_its_noise_free_value():
+    problem = _line()
+    noisy = Problem(**{**problem.__dict__, "truth": lambda p, i: {"loss": 1.5}})
+    trace = Trace()
+    trace.add(1.0, noisy, {"x": 0.1}, {"loss": 0.2}, 9, 1.0)
+    curve = regret_curve(noisy, trace)
+    assert curve[-1] == pytest.approx(0.75)           # chosen for 0.2, scored at its true 1.5
+    assert regret_curve(noisy, Trace()) == [1.0] * len(FRACTIONS)
+
+
+def test_iqm_ignores_the_outer_quartiles_and_the_ci_contains_it():
+    assert iqm([0, 1, 1, 1, 1, 1, 1, 100]) == 1
+    summary = summarise([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert summary.low <= summary.iqm <= summary.high
+    assert budget_to_reach([[1.0] * 47 + [0.5]], 0.5) == 1.0
+    assert budget_to_reach([[1.0] * 48], 0.5) is None
+
+
+def _result(name: str, suite: str, finals: dict[str, float]) -> dict:
+    curves = {m: [[1.0] * 47 + [v]] * 3 for m, v in finals.items()}
+    return {"problem": name, "suite": suite, "curves": curves,
+            "final": {m: summarise([c[-1] for c in cs]).as_dict() for m, cs in curves.items()}}
+
+
+def test_the_targets_fail_when_kubetune_loses():
+    # kubetune's ASHA only matches RS at the end, and loses to its Optuna twin
+    losing = [_result("p", MF, {"kubetune asha+random": 0.5, "optuna asha+random": 0.1, RS: 0.5, RS2: 0.4})]
+    failed = {c["target"] for c in bench.check_targets(losing, quick=True) if not c["passed"]}
+    assert failed == {"T1", "T2", "T4"}
+    winning = [_result("p", MF, {"kubetune asha+random": 0.1, "optuna asha+random": 0.1, RS: 0.5, RS2: 0.4}),
+               _result("q", MO, {"kubetune nsgaii": 0.2, "optuna nsgaii": 0.2, RS: 0.9, RS2: 0.8})]
+    winning[0]["curves"]["kubetune asha+random"] = [[1.0] * 10 + [0.1] * 38] * 3
+    assert all(c["passed"] for c in bench.check_targets(winning, quick=True))
+
+
+def test_every_problem_scores_its_best_at_zero_regret():
+    builders, _ = catalogue(quick=True)
+    for build in builders:
+        problem = build()
+        if problem.suite == MO:
+            from kubetune.bench.quality.problems import hypervolume
+            assert hypervolume(problem.front, problem.reference) == pytest.approx(problem.best, rel=1e-6)
+        else:
+            assert problem.regret(problem.best) == 0.0 and problem.regret(problem.worst) == 1.0
+        assert math.isfinite(problem.budget) and problem.budget > 0
+
+
+def test_quick_run_meets_every_target(tmp_path):
+    """The smoke run CI makes: 3 seeds, one problem per suite, exit 0 only if every target holds."""
+    assert bench.main(["--quick", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "quality.json").read_text())
+    assert {r["suite"] for r in report["results"]} == {"multi-fidelity", "black-box", "multi-objective"}
+    assert {c["target"] for c in report["checks"]} >= {"T1", "T2", "T3", "T4"}
+    assert all((tmp_path / f"quality-{s}.png").stat().st_size > 0 for s in ("multi-fidelity", "black-box", "multi-objective"))
