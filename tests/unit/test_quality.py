@@ -4,12 +4,15 @@ import pytest
 from kubetune.bench import quality
 
 
-@pytest.mark.parametrize("seed", quality.CURVE_SEEDS)
-def test_asha_matches_fifo_with_a_fraction_of_the_iterations(seed):
-    result = quality.asha_vs_fifo(seed)
-    assert result["gap"] <= quality.ASHA_MAX_GAP, result
-    assert result["budget_fraction"] <= quality.ASHA_MAX_BUDGET, result
-    assert result["asha_iterations"] < result["fifo_iterations"] == quality.CURVE_TRIALS * quality.CURVE_ITERATIONS
+def test_asha_matches_fifo_with_a_fraction_of_the_iterations():
+    """Over 12 seeds: ASHA's best within 5% of FIFO's with at most 40% of its iterations
+    (medians), and no seed worse than a 15% gap or half the iterations."""
+    results = [quality.asha_vs_fifo(seed) for seed in quality.CURVE_SEEDS]
+    assert quality.asha_passes(results), results
+    for result in results:
+        assert result["asha_iterations"] < result["fifo_iterations"] == quality.CURVE_TRIALS * quality.CURVE_ITERATIONS
+    # the check can fail: FIFO's own results judged as ASHA's would spend the whole budget
+    assert not quality.asha_passes([{**r, "budget_fraction": 1.0} for r in results])
 
 
 def test_tpe_beats_random_search_on_branin():

@@ -61,9 +61,10 @@ def _result(name: str, suite: str, finals: dict[str, float]) -> dict:
 
 def test_the_targets_fail_when_kubetune_loses():
     # kubetune's ASHA only matches RS at the end, and loses to its Optuna twin
-    losing = [_result("p", MF, {"kubetune asha+random": 0.5, "optuna asha+random": 0.1, RS: 0.5, RS2: 0.4})]
+    losing = [_result("p", MF, {"kubetune asha+random": 0.5, "optuna asha+random": 0.1, "kubetune asha+auto": 0.6,
+                                RS: 0.5, RS2: 0.4})]
     failed = {c["target"] for c in bench.check_targets(losing, quick=True) if not c["passed"]}
-    assert failed == {"T1", "T2", "T4"}
+    assert failed == {"T1", "T2", "T4", "T5"}
     winning = [_result("p", MF, {"kubetune asha+random": 0.1, "optuna asha+random": 0.1, RS: 0.5, RS2: 0.4}),
                _result("q", MO, {"kubetune nsgaii": 0.2, "optuna nsgaii": 0.2, RS: 0.9, RS2: 0.8})]
     winning[0]["curves"]["kubetune asha+random"] = [[1.0] * 10 + [0.1] * 38] * 3
@@ -72,8 +73,9 @@ def test_the_targets_fail_when_kubetune_loses():
 
 def test_every_problem_scores_its_best_at_zero_regret():
     builders, _ = catalogue(quick=True)
-    for build in builders:
+    for name, build in builders:
         problem = build()
+        assert problem.name == name
         if problem.suite == MO:
             from kubetune.bench.quality.problems import hypervolume
             assert hypervolume(problem.front, problem.reference) == pytest.approx(problem.best, rel=1e-6)
@@ -87,5 +89,5 @@ def test_quick_run_meets_every_target(tmp_path):
     assert bench.main(["--quick", "--jobs", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "quality.json").read_text())
     assert {r["suite"] for r in report["results"]} == {"multi-fidelity", "black-box", "multi-objective"}
-    assert {c["target"] for c in report["checks"]} >= {"T1", "T2", "T3", "T4"}
+    assert {c["target"] for c in report["checks"]} >= {"T1", "T2", "T3", "T4", "T5"}
     assert all((tmp_path / f"quality-{s}.png").stat().st_size > 0 for s in ("multi-fidelity", "black-box", "multi-objective"))

@@ -201,3 +201,17 @@ def test_a_trial_key_is_composed_and_taken_apart_in_one_place():
     for bad in ("ml/mnist", "ml/mnist/3/x", "ml//3", ""):
         with pytest.raises(ValueError, match="not a trial key"):
             TrialKey.parse(bad)
+
+
+def test_search_algorithm_auto_resolves_to_a_sampler_and_says_why():
+    from kubetune.spec import parse_experiment
+    base = {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0, 1]}},
+            "trial": {"entrypoint": "m:f"}, "search": {"algorithm": "auto"}}
+    one = parse_experiment({**base, "budget": {"maxTrials": 64}, "scheduler": {"type": "hyperband", "maxIterations": 27}})
+    assert (one.search.algorithm, one.search.auto) == ("tpe", "tpe with hyperband: one objective and 64 trials")
+    huge = parse_experiment({**base, "budget": {"maxTrials": 5000}})
+    assert huge.search.algorithm == "random" and "5000 trials" in huge.search.auto
+    two = {**base, "objective": None, "objectives": [{"metric": "a", "mode": "min"}, {"metric": "b", "mode": "min"}]}
+    assert parse_experiment({**two, "budget": {"maxTrials": 500}}).search.algorithm == "nsgaii"
+    assert parse_experiment({**two, "budget": {"maxTrials": 50}}).search.algorithm == "tpe"
+    assert parse_experiment({**base, "search": {"algorithm": "tpe"}}).search.auto == ""

@@ -3,6 +3,7 @@
 what it would have without the restart.  Pure: no I/O."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import random
@@ -50,7 +51,12 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
 
 
 def ask_seed(seed: int, index: int) -> int:
-    return (seed * 1_000_003 + index) % 2**32
+    """The seed of the ``index``-th suggestion: a hash of (seed, index). Consecutive
+    integers seed Mersenne Twister states whose first draws are correlated: random search
+    reseeded with seed*1000003+index found a best of 150 draws 2.4x further from the optimum
+    (median over 40 seeds) than unseeded draws (python -m kubetune.bench.quality, T2)."""
+    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
 
 
 def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:

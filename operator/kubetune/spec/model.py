@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from kubetune.spec.resources import TrialResources
 
-ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii")
+ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii", "auto")   # auto: spec/auto_search.py
 # Optuna's samplers that cannot search several objectives at once
 SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
 # scheduler names are not listed here: each scheduler's file in core/schedulers/ says its
@@ -162,9 +162,10 @@ class WarmStart:
 
 @dataclass(frozen=True)
 class SearchSpec:
-    algorithm: str = "random"
+    algorithm: str = "random"           # never "auto": parse resolves it (``auto`` says why)
     seed: int | None = None
     initial_points: tuple[Mapping[str, Any], ...] = ()   # asked first, in order (Optuna enqueue_trial)
+    auto: str = ""                      # with algorithm: auto, what it chose and why; else ""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ what was wrong and what to write instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, Mapping
@@ -15,7 +16,7 @@ from kubetune.spec.model import (
     PARAM_NAME, PARAM_REFERENCE, Objective, Param, RaySpec, SchedulerSpec, SearchSpec, SpecError,
     TrialResources, TrialTemplate, param_env_name,
 )
-from kubetune.spec import objectives as objectives_spec
+from kubetune.spec import auto_search, objectives as objectives_spec
 from kubetune.spec.quantities import parse_duration, parse_memory
 
 # GridSampler materialises every combination; beyond this a grid is a typo, not a plan.
@@ -493,13 +494,18 @@ def parse_experiment(spec: Any) -> ExperimentSpec:
     space = _search_space(root.get("searchSpace"))
     search = _search(root.get("search"), space)
     scheduler = _scheduler(root.get("scheduler"))
+    budget = _budget(root.get("budget"))
+    if search.algorithm == "auto":
+        chosen, why = auto_search.choose(objectives=len(objectives), max_trials=budget.max_trials,
+                                         early_stopping=None if scheduler.type == "fifo" else scheduler.type)
+        search = dataclasses.replace(search, algorithm=chosen, auto=why)
     objectives_spec.check_multi_objective(len(objectives), search.algorithm)
     executor = _one_of(root, "executor", "spec", EXECUTORS, "ray", "executor")
     return ExperimentSpec(
         objective=objectives[0], objectives=objectives, reference_point=reference_point,
         constraints=objectives_spec.constraints(root.get("constraints")),
         warm_start=objectives_spec.warm_start(root.get("warmStart")),
-        search_space=space, search=search, scheduler=scheduler, budget=_budget(root.get("budget")),
+        search_space=space, search=search, scheduler=scheduler, budget=budget,
         trial=_trial(root.get("trial"), executor, space), checkpoint=_checkpoint(root.get("checkpoint")),
         ray=_ray(root.get("ray")), executor=executor,
         priority=_int(root, "priority", "spec", 0, -2**31, 2**31 - 1), suspend=_bool(root, "suspend", "spec", False),

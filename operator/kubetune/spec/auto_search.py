@@ -1,0 +1,32 @@
+"""``search.algorithm: auto``: the sampler for the space, objectives, scheduler and budget.
+
+The rules follow what ``python -m kubetune.bench.quality`` measures (BENCHMARKS.md, "Search
+quality") and Optuna's own sampler guidance:
+- several objectives: NSGA-II once the budget holds a few generations of its population
+  (50), multi-objective TPE below that, where NSGA-II is still in its random start;
+- very large budgets: random search, since TPE's cost per suggestion grows with the
+  number of trials (quadratic in all) while its edge over random search shrinks;
+- otherwise TPE (multivariate, with the constant liar for parallel trials), which is also
+  the pairing Optuna's benchmarks recommend with HyperBand and ASHA.
+Pure and deterministic: a restarted operator makes the same choice from the same spec.
+"""
+from __future__ import annotations
+
+NSGAII_MIN_TRIALS = 200        # 4 generations of NSGA-II's default population of 50
+TPE_MAX_TRIALS = 2000          # beyond, a TPE suggestion costs more than the trial it picks
+
+
+def choose(*, objectives: int, max_trials: int, early_stopping: str | None) -> tuple[str, str]:
+    """The algorithm ``auto`` stands for, and why (the SearchChosen condition's message).
+    ``early_stopping``: the scheduler that judges intermediate results, if any."""
+    if objectives > 1:
+        if max_trials >= NSGAII_MIN_TRIALS:
+            return "nsgaii", (f"nsgaii: {objectives} objectives and {max_trials} trials, "
+                              f"at least {NSGAII_MIN_TRIALS // 50} generations of 50")
+        return "tpe", (f"tpe (multi-objective): {objectives} objectives and {max_trials} trials, "
+                       f"fewer than NSGA-II needs ({NSGAII_MIN_TRIALS})")
+    if max_trials > TPE_MAX_TRIALS:
+        return "random", (f"random: {max_trials} trials, more than {TPE_MAX_TRIALS}, where each TPE "
+                          "suggestion costs more than it gains")
+    paired = f" with {early_stopping}" if early_stopping else ""
+    return "tpe", f"tpe{paired}: one objective and {max_trials} trials"
