@@ -44,7 +44,8 @@ def simulated_gpu_hours(scheduler: dict, seeds: range) -> tuple[float, int]:
 ], ids=lambda s: f"{s['type']}-{s.get('gracePeriod', 1)}")
 def test_the_plan_agrees_with_a_simulated_run_within_ten_percent(scheduler):
     planned = plan(spec_of(scheduler), study_name="exp")     # make_runner's study name
-    simulated, peak = simulated_gpu_hours(scheduler, range(6))
+    # 20 seeds: the mean of 6 strayed 10.6% from the plan for asha on one draw of seeds (4% over 40)
+    simulated, peak = simulated_gpu_hours(scheduler, range(20))
     assert planned.expected_gpu_hours == pytest.approx(simulated, rel=0.10)
     if scheduler["type"] != "pbt":   # an exploit re-runs the iterations since the donor's checkpoint
         assert planned.worst_gpu_hours >= simulated
