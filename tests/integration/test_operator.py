@@ -74,6 +74,17 @@ def test_invalid_spec_is_reported_not_retried(operator, experiments_api, namespa
     assert trials(experiments_api, namespace, "bad") == []
 
 
+def test_search_algorithm_auto_names_the_sampler_it_chose(operator, experiments_api, namespace):
+    body = experiment("auto", search={"algorithm": "auto", "seed": 3}, budget={"maxTrials": 3, "parallelism": 3},
+                      trial={"config": {"iterations": 2, "delay": 0.0}})
+    create(experiments_api, namespace, body)
+    done = wait_condition(experiments_api, namespace, "auto", "Succeeded", timeout=120, operator=operator)
+    chosen = condition(done, "SearchChosen")
+    assert (chosen["status"], chosen["reason"]) == ("True", "Auto")
+    assert chosen["message"] == "search.algorithm auto chose tpe: one objective and 3 trials"
+    assert done["spec"]["search"]["algorithm"] == "auto"        # the spec keeps what the user wrote
+
+
 def test_failing_trial_is_failed_with_traceback_and_experiment_goes_on(operator, experiments_api, namespace):
     body = experiment("flaky", entrypoint="kubetune.examples.flaky:train",
                       search_space={"fail_at": {"choice": [0, 2]}},

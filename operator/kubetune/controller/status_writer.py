@@ -111,6 +111,8 @@ class StatusWriter:
                 self._scheduler_warned = True
                 await ctx.event("Warning", "SchedulerCannotAct", warning)
         extra += warm_start_condition(runner_summary.outcomes, ctx.spec.warm_start is not None)
+        if ctx.spec.search.auto:   # search.algorithm: auto, and what it stands for
+            extra.append(("SearchChosen", True, "Auto", f"search.algorithm auto chose {ctx.spec.search.auto}"))
         failed_writes = self.failures.condition()
         if failed_writes is not None:
             extra.append(("StatusWriteFailed", True, *failed_writes))

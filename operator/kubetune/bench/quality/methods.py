@@ -10,7 +10,7 @@ from typing import Callable
 from kubetune.bench.quality.peers import OptunaPeer, RandomPeer, SyneTunePeer, syne_tune_available
 from kubetune.bench.quality.problems import BB, MF, MO, Problem
 from kubetune.bench.quality.timeline import WORKERS, Trace, run_ask_tell, run_kubetune
-from kubetune.core.search import missing_packages
+from kubetune.core.samplers import missing_packages
 
 Runner = Callable[[Problem, int], Trace]
 
