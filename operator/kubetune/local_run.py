@@ -125,6 +125,8 @@ def main(args: argparse.Namespace) -> int:
         trials = [{"name": name, "phase": t["status"].get("phase"), "parameters": t["spec"]["parameters"],
                    "bestMetric": t["status"].get("bestMetric"), "iteration": t["status"].get("iteration"),
                    "reason": t["status"].get("reason"), "lastMetrics": t["status"].get("lastMetrics"),
+                   "usage": {key: (t["status"].get("usage") or {}).get(key, 0.0)
+                             for key in ("gpuSeconds", "cpuSeconds", "runSeconds", "queueSeconds")},
                    **({"infeasible": t["status"]["infeasible"]} if t["status"].get("infeasible") else {})}
                   for name, t in sorted(store.trials.items(), key=lambda kv: kv[1]["spec"]["index"])]
         json.dump({"experiment": body["metadata"]["name"], "status": status, "trials": trials},

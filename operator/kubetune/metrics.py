@@ -11,7 +11,9 @@ runner, and an unresponsive loop shows up as an unresponsive /metrics.
 
 Names follow the Prometheus conventions (``kubetune_`` prefix, ``_total`` for
 counters); label values come from small fixed sets (phases, resource kinds,
-reasons), never from Experiment or Trial names.
+reasons), never from Trial names.  The usage counters (``kubetune_gpu_seconds_total``
+and friends) are the one exception, labelled by namespace and Experiment: chargeback
+needs them per Experiment, and an Experiment is a series, not a result.
 """
 from __future__ import annotations
 
@@ -73,6 +75,21 @@ def event_posted(kind: str, reason: str) -> None:
 def results_processed(count: int) -> None:
     if count:
         RESULTS_PROCESSED.inc(count)
+
+
+USAGE_SECONDS = {
+    key: Counter(f"kubetune_{name}_seconds_total", help_text, ["namespace", "experiment"], registry=REGISTRY)
+    for key, name, help_text in (
+        ("gpuSeconds", "gpu", "GPU-seconds trials used (run time on the trial hosts' clocks x GPUs), every attempt"),
+        ("cpuSeconds", "cpu", "CPU-seconds trials used (run time x CPUs), every attempt"),
+        ("runSeconds", "run", "Seconds trials ran, every attempt"),
+        ("queueSeconds", "queue", "Seconds trials waited to run: Queued, Kueue admission, the autoscaler"))}
+
+
+def usage_counted(namespace: str, experiment: str, deltas: dict[str, float]) -> None:
+    for key, delta in deltas.items():
+        if delta > 0 and key in USAGE_SECONDS:
+            USAGE_SECONDS[key].labels(namespace, experiment).inc(delta)
 
 
 def reconcile_error(reason: str) -> None:

@@ -147,7 +147,8 @@ def render(name: str, p: Plan) -> str:
         lines += [f"| {r.iteration} | {r.bracket} | {r.expected:.1f} | {r.most} |" for r in p.rungs]
     if p.node_fit is not None:
         lines += ["", "| node type | trials per node | trials at once |", "|---|---:|---:|"]
-        lines += [f"| {f.name} | {f.per_node} | {f.at_once} |" for f in p.node_fit]
+        lines += [f"| {f.name} | {f.per_node} | {'as many as it adds' if f.at_once is None else f.at_once} |"
+                  for f in p.node_fit]
     if p.notes:
         lines += [""] + [f"- {note}" for note in p.notes]
     return "\n".join(lines)

@@ -165,7 +165,7 @@ def test_defaults_are_filled_in(custom, namespace):
                   experiment(budget={}, trial={"entrypoint": "m:f", "resources": {}}),
                   dry_run=True)["spec"]
     assert spec["executor"] == "ray" and spec["priority"] == 0 and spec["suspend"] is False
-    assert spec["budget"] == {"maxTrials": 10, "parallelism": 1, "admissionWindow": 4}
+    assert spec["budget"] == {"maxTrials": 10, "parallelism": 1, "admissionWindow": 4, "onExhausted": "stop"}
     assert spec["trial"]["resources"] == {"cpu": 1, "gpu": 0, "bundles": 1}
     assert spec["trial"]["maxFailures"] == 0
 
@@ -289,7 +289,7 @@ def test_printer_columns(api, custom, namespace):
         "status": {"phase": "Running", "bestMetric": 0.25, "iteration": 5, "lastObjective": "NaN"}})
 
     columns, rows = table(api, namespace, "experiments")
-    assert columns == ["Name", "Phase", "Done", "Running", "Best", "Front", "Age"]
+    assert columns == ["Name", "Phase", "Done", "Running", "Best", "Front", "GPU-h", "Age"]
     assert rows[0][:5] == ["exp", "Running", "3/8", 2, 0.25]
 
     columns, rows = table(api, namespace, "trials")

@@ -31,6 +31,11 @@ def test_quickstart_runs_without_a_cluster(tmp_path):
     best = min(trials, key=lambda t: t["bestMetric"])
     assert summary["status"]["bestTrial"]["name"] == best["name"]
     assert summary["status"]["bestTrial"]["metric"] == pytest.approx(best["bestMetric"])
+    # each trial's usage (issue 27): 5 iterations ran on the host, one CPU each, nothing queued
+    assert all(t["usage"]["runSeconds"] > 0 and t["usage"]["cpuSeconds"] == pytest.approx(t["usage"]["runSeconds"])
+               and t["usage"]["gpuSeconds"] == 0 for t in trials)
+    assert summary["status"]["usage"]["runSeconds"] == pytest.approx(sum(t["usage"]["runSeconds"] for t in trials),
+                                                                     abs=0.01)
 
 
 def test_an_invalid_file_names_the_field(tmp_path):

@@ -96,3 +96,17 @@ def test_the_json_plan_is_bounded_and_a_plan_needs_max_iterations():
     assert len(big.to_json()["rungs"]) == KEPT_RUNGS
     with pytest.raises(PlanError, match="spec.scheduler.maxIterations"):
         plan(make_spec(), study_name="e")
+
+
+def test_a_suspended_experiments_plan_knows_the_clusters_nodes():
+    from kubetune.controller.plan_status import PlanStatus
+    from kubetune.core.resources import ResourceLedger
+    ledger = ResourceLedger()
+    ledger.set_capacity(Resources(cpu=8, gpu=2), [Resources(cpu=4, gpu=1)] * 2, [Resources(cpu=8, gpu=4)])
+    body = PlanStatus("exp").get(spec_of({"type": "asha", "maxIterations": 27}), 1, ledger)
+    assert [(n["name"], n["trialsPerNode"], n["trialsAtOnce"]) for n in body["nodeTypes"]] == [
+        ("node: 4 CPU, 1 GPU", 1, 2), ("autoscaler: 8 CPU, 4 GPU", 4, None)]
+    assert body["fits"] and body["peakGpus"] == 4 and body["secondsPerIterationSource"] == FROM_SPEC
+    assert PlanStatus("exp").get(make_spec(), 1, None) == {
+        "error": "spec.scheduler.maxIterations: a plan needs the iterations per trial; set maxIterations "
+                 "(the cap every trial runs to at most)"}

@@ -39,3 +39,16 @@ def test_what_no_runner_sends_is_still_refused(field, value):
         answer["last_seq"] = value
     with pytest.raises(AnswerError):
         checked.batch(answer, KEY, limit=10)
+
+
+def test_a_fresh_hosts_description_and_a_runs_times_pass_the_checks():
+    from kubetune.trainable.host import TrialHost
+    host = TrialHost("worker", capture_output=False)
+    assert checked.description(json.loads(json.dumps(host._describe_locked())))["last_seq"] in (None, -1)
+    runner = FunctionRunner(train, trial_key=KEY, config={}, start_seq=-1)
+    runner.start()
+    assert runner.join(timeout=30)
+    answer = checked.batch(json.loads(json.dumps(runner.fetch(-1))), KEY, limit=10)
+    assert 0 < answer["started_at"] <= answer["ended_at"]          # what the usage ledger counts
+    with pytest.raises(AnswerError):
+        checked.batch({**json.loads(json.dumps(runner.fetch(-1))), "ended_at": "soon"}, KEY, limit=10)

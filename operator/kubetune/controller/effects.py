@@ -195,6 +195,7 @@ class EffectQueue:
         trial = ctx.runner.trials[decision.name]
         update = await ctx.platform.pause(ctx.trial_key(decision.name), after_seq=trial.last_seq)
         recorded = trial.last_seq
+        await self._count_run_end(decision.name, update)
         if update is not None and update.results:
             # what it reported up to its pausing checkpoint: it resumes from there
             ctx.runner.on_trial_paused(decision.name, update.results)
@@ -202,12 +203,20 @@ class EffectQueue:
         if trial.last_seq != recorded:
             await self.status.persist_trial(decision.name)
 
+    async def _count_run_end(self, name: str, update) -> None:
+        """A stopped or paused run's end, as its host saw it: the usage ledger counts to
+        there (core/usage.py), not to its last report.  Written now: the Trial's phase was
+        written before the stop, and nothing else may touch it again."""
+        if update is not None and self.ctx.runner.on_trial_usage(
+                name, update.attempt, update.run_started, update.run_ended, ended=update.run_ended is not None):
+            await self.status.persist_trial(name)
+
     async def _stop(self, decision: StopTrial) -> None:
         ctx = self.ctx
         await self.pump.settle_results()
         await self.status.persist_trial(decision.name)
         self.runs.check_soon()    # make sure it ended before the next launch
-        await ctx.platform.stop(ctx.trial_key(decision.name))
+        await self._count_run_end(decision.name, await ctx.platform.stop(ctx.trial_key(decision.name)))
         if ctx.spec.checkpoint.delete_on_completion:
             self.checkpoints.to_delete[decision.name] = True
         if decision.phase is TrialPhase.FAILED:

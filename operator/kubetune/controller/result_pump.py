@@ -62,6 +62,11 @@ class ResultPump:
                                                   trial.attempt, trial.last_seq))
             return True
         self.status.note_waiting(name, update.waiting_reason, update.waiting_message)
+        # the ledger moves with results and the run's end, not with every poll: a Trial is
+        # not rewritten only because time passed
+        if ctx.runner.on_trial_usage(name, update.attempt, update.run_started, update.run_ended,
+                                     ended=update.run_ended is not None):
+            ctx.touched.add(name)
         if update.awaiting_admission or update.queue_wait_s is not None:   # before its end, if it ended
             waits = trial.queue_waits
             await self.effects.apply(ctx.runner.on_admission(name, update.awaiting_admission, now,
@@ -104,6 +109,7 @@ class ResultPump:
         shown = self.status.platform_queue.trial_status(name, {"phase": trial.phase.value, "reason": trial.reason})
         ctx.results.trial_state(name, phase=shown["phase"], reason=cap_text(shown.get("reason") or "", 256),
                                 best=trial.best_value, iteration=trial.iteration, attempt=trial.attempt)
+        ctx.results.usage(name, trial.usage.to_status(trial.queue_wait_s))
 
     def record_results(self, name: str, results: list[Result]) -> None:
         """The results the runner took (a result of a run it already stopped or paused is

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from kubetune.core.types import Result
-from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, study_meta
+from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow, study_meta
 from kubetune.results.writer import ResultsWriter
 from kubetune.spec.parse import parse_experiment
 
@@ -32,6 +32,7 @@ class ResultsRecorder:
         self._trials: dict[str, TrialRow] = {}    # name -> the last row submitted
         self._phase: str | None = None             # the Experiment's, as last submitted
         self._study: tuple[str, str] = ("", "")    # (spec as JSON, its study column): parsed once per spec
+        self._usage: dict[str, list[UsageRow]] = {}   # trial -> the rows last stored
 
     @property
     def experiment_uid(self) -> str:
@@ -107,6 +108,17 @@ class ResultsRecorder:
         if updated != row:
             self._trials[name] = updated
             self.writer.submit(Batch(trials=[updated]))
+
+    def usage(self, name: str, usage: Mapping[str, Any]) -> None:
+        """What the trial's attempts used (Trial.status.usage), one row per attempt, stored
+        when it changed."""
+        row = self._trials.get(name)
+        if row is None:
+            return
+        rows = usage_rows(row.uid, usage)
+        if rows and rows != self._usage.get(name):
+            self._usage[name] = rows
+            self.writer.submit(Batch(usage=rows))
 
     def results(self, name: str, results: Iterable[Result]) -> None:
         uid = self._uid(name)
@@ -192,3 +204,24 @@ class RecordingStore:
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         await self.inner.event(kind, reason, message)
+
+
+def usage_rows(trial_uid: str, usage: Any) -> list[UsageRow]:
+    """The attempts a Trial's status.usage shows (the running one and the latest ended ones),
+    as results-store rows: each write upserts them, so every attempt's row ends complete."""
+    if not isinstance(usage, Mapping):
+        return []
+    rows = []
+    ended_runs = usage.get("endedRuns") if isinstance(usage.get("endedRuns"), list) else []
+    for run, ended in [*((run, True) for run in ended_runs[:8]), (usage.get("currentRun"), False)]:
+        if not isinstance(run, Mapping):
+            continue
+        try:
+            started, seen = float(run["startedAt"]), float(run["seenAt"])
+            seconds = max(seen - started, 0.0)
+            rows.append(UsageRow(trial_uid, int(run["attempt"]), started, seen if ended else None, seen, seconds,
+                                 seconds * float(run.get("gpus", 0.0)), seconds * float(run.get("cpus", 0.0)),
+                                 float(run.get("queuedSeconds", 0.0))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows

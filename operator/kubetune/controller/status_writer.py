@@ -9,6 +9,8 @@ from typing import Any, Callable, Mapping
 
 from kubetune import metrics
 from kubetune.controller import render
+from kubetune.controller.plan_status import PlanStatus
+from kubetune.controller.usage_metrics import UsageCounters
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.context import ExperimentContext, log
 from kubetune.controller.merge_patch import merge_patch
@@ -43,6 +45,8 @@ class StatusWriter:
         self._scheduler_warned = False
         self._finished_at: float | None = None   # when the finished status first waited for Trial writes
         self._dashboard = dashboard              # status.dashboard, when the chart serves one
+        self._plan = PlanStatus(ctx.name)        # status.plan while suspended (plan_status.py)
+        self._usage_counters = UsageCounters(ctx.namespace, ctx.name)   # kubetune_gpu_seconds_total, ...
 
     async def flush(self, *, force: bool = False) -> None:
         """Write what changed: phases at once, metrics and the summary coalesced."""
@@ -124,16 +128,27 @@ class StatusWriter:
             extra.append(("SpecRejected", False, "SpecAccepted", ""))
         return extra
 
+    def _kept_status(self) -> dict[str, Any] | None:
+        ctx = self.ctx
+        kept: dict[str, Any] = {}
+        if self.warm_sources is not None:
+            kept["warmStartSources"] = self.warm_sources
+        if ctx.spec.suspend:   # the plan to review before launch (issue 27)
+            ledger = ctx.platform.ledger if ctx.platform is not None else None
+            kept["plan"] = self._plan.get(ctx.spec, ctx.generation, ledger)
+        return kept or None
+
     async def _flush_experiment(self, now: float, *, force: bool) -> None:
         ctx = self.ctx
         runner_summary = ctx.runner.summary(now)
+        self._usage_counters.export(runner_summary.usage)
         extra = await self._extra_conditions(runner_summary)
         summary = self.platform_queue.summary(runner_summary, ctx.runner.trials)
         status = render.experiment_status(
             summary, total=ctx.spec.budget.max_trials, previous=self.written,
             generation=ctx.generation, now=now, suspended=ctx.spec.suspend, extra_conditions=extra,
             blocked=self.blocked,
-            kept={"warmStartSources": self.warm_sources} if self.warm_sources is not None else None)
+            kept=self._kept_status())
         if self._dashboard is not None:
             status["dashboard"] = self._dashboard
         if status == self.written:

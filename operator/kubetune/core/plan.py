@@ -38,14 +38,14 @@ class NodeType:
     """One kind of node a cluster has or can add: its shape and how many at most."""
     name: str
     resources: Resources
-    max_count: int
+    max_count: int | None        # None: as many as the autoscaler adds (its limit not known here)
 
 
 @dataclass(frozen=True)
 class NodeFit:
     name: str
     per_node: int            # trials one node holds
-    at_once: int             # trials all nodes of this type hold (per_node x max_count)
+    at_once: int | None      # trials all nodes of this type hold (per_node x max_count); None: no known limit
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def node_fit(spec: ExperimentSpec, node_types: list[NodeType]) -> tuple[NodeFit,
                 break
             free = [free[0] - total_of(bundles)]
             per_node += 1
-        fits.append(NodeFit(node.name, per_node, per_node * node.max_count))
+        fits.append(NodeFit(node.name, per_node, None if node.max_count is None else per_node * node.max_count))
     return tuple(fits)
 
 
@@ -179,8 +179,9 @@ def plan(spec: ExperimentSpec, *, study_name: str, seconds_per_iteration: float 
     fit = None
     if node_types is not None:
         fit = node_fit(spec, node_types)
-        holds = sum(f.at_once for f in fit)
-        if holds == 0:
+        unbounded = any(f.at_once is None and f.per_node > 0 for f in fit)
+        holds = parallel if unbounded else sum(f.at_once or 0 for f in fit)
+        if not any(f.per_node for f in fit):
             notes.append(f"no node type holds one trial ({resources.describe()} x {resources.bundles})")
         elif holds < parallel:
             notes.append(f"the cluster holds {holds} trials at once: parallelism {parallel} is not reached")

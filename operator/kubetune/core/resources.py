@@ -90,6 +90,10 @@ class ResourceLedger:
         for owner, placements in held.items():
             self._place(owner, [bundle for _, bundle in placements], force=True)
 
+    def node_shapes(self) -> tuple[list[Resources], list[Resources] | None]:
+        """The nodes there are now, and the shapes the autoscaler can add (None: it adds none)."""
+        return list(self._nodes), (list(self._node_types) if self._node_types is not None else None)
+
     @property
     def capacity_known(self) -> bool:
         return self._known

@@ -15,7 +15,7 @@ import types
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
-from kubetune.core import admission, pareto
+from kubetune.core import admission, budget as budgets, pareto
 from kubetune.core.best import BestTrial
 from kubetune.core.curve import cut_back
 from kubetune.core.failures import FailureTally
@@ -27,6 +27,7 @@ from kubetune.core.search import Evaluated, Searcher
 from kubetune.core.search_values import latest_values, objective_value
 from kubetune.core.warm_trials import WarmTrial
 from kubetune.core.trial import TrialInfo
+from kubetune.core.usage import experiment_usage
 from kubetune.core.types import (
     CreateTrial, Decision, ExperimentSummary, FinishExperiment, LaunchTrial, StopTrial, TrialPhase,
     TrialPhaseChanged,
@@ -110,7 +111,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
             queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
-            outcomes=self._front.get(self), admissions=self._admission_summary())
+            outcomes=self._front.get(self), admissions=self._admission_summary(),
+            usage=experiment_usage((t.usage, t.queue_wait_s) for t in self._trials.values()))
 
     def _admission_summary(self) -> dict[str, Any] | None:
         """Admissions, queue wait and evictions over every trial (a fixed-size summary)."""
@@ -185,7 +187,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if self.finished:
             return decisions
         decisions += self._check_run_timeouts(now)     # first: a slot it frees is used at once
-        if self.spec.suspend:
+        if self.spec.suspend or budgets.exhausted(self.spec, self._trials.values()):
             return decisions + self._check_finished(now)
         decisions += self._create_trials()
         decisions += self._launch_runnable(now)
@@ -254,6 +256,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
                 return [TrialPhaseChanged(trial.name, QUEUED, trial.reason, reason)]
         if trial.launched:
             trial.attempt += 1
+        if trial.queued_since is not None:
+            trial.usage.add_queue(max(now - trial.queued_since, 0.0))
         trial.launched, trial.relaunch, trial.queued_since = True, False, None
         trial.attempt_start = now
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
@@ -360,6 +364,10 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             return self._finish(now, "Failed", "MaxFailedTrialsReached",
                                 f"{self._failed} trials failed (maxFailedTrials is {budget.max_failed_trials}); "
                                 f"last error: {name}: {error}; {self._failures.most_often()}")
+        spent = budgets.exhausted(self.spec, self._trials.values())
+        if spent and not self._counts[RUNNING]:
+            return self._finish(now, outcome, budgets.BUDGET_EXHAUSTED,
+                                self._with_failures(f"{spent}; {self._best_text()}"))
         if self._active:
             return []
         if self._created >= self.max_trials:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from kubetune.core import admission
+from kubetune.core import admission, budget as budgets
 from kubetune.core.curve import add_point
 from kubetune.core.failures import OBJECTIVE_NOT_A_NUMBER, wrong_type
 from kubetune.core.schedulers import CONTINUE, Action, SchedulerDecision
@@ -63,6 +63,17 @@ class TrialEvents:
 
     # ------------------------------------------------------------------ trial events
 
+    def on_trial_usage(self, name: str, attempt: int | None, started: float | None, seen: float | None,
+                       ended: bool = False) -> bool:
+        """What the trial's host said about an attempt: when it started, the latest time
+        it saw, whether it ended (its own clock, core/usage.py).  True if the ledger changed."""
+        trial = self._trials.get(name)
+        if trial is None or attempt is None:
+            return False
+        resources = self.spec.trial.resources
+        return trial.usage.observe(attempt, started, seen, gpus=resources.gpu * resources.bundles,
+                                   cpus=resources.cpu * resources.bundles, ended=ended)
+
     def on_trial_launched(self, name: str, now: float) -> list[Decision]:
         trial = self._trials.get(name)
         if trial is not None and trial.start_time is None:
@@ -93,6 +104,7 @@ class TrialEvents:
             return []
         trial.last_seq = result.seq
         trial.iteration = result.iteration
+        trial.usage.saw(result.attempt, result.timestamp)
         metrics = {**result.metrics, "iteration": result.iteration}
         trial.history, trial.history_stride = add_point(trial.history, trial.history_stride, metrics)
         trial.last_metrics = metrics
@@ -113,6 +125,10 @@ class TrialEvents:
         if cap is not None and result.iteration >= cap:
             return self._end(trial, SUCCEEDED, "MaxIterationsReached", f"reached maxIterations {cap}", now) \
                 + self._check_finished(now)
+        if decision.action is Action.CONTINUE and budgets.limited(self.spec):
+            spent = budgets.exhausted(self.spec, self._trials.values())
+            if spent and budgets.stops_now(self.spec, self.scheduler.at_rung(result.iteration), result.iteration):
+                return self._end(trial, STOPPED, budgets.BUDGET_EXHAUSTED, spent, now) + self._check_finished(now)
         if decision.action is Action.STOP:
             return self._end(trial, STOPPED, decision.reason, decision.message, now) + self._check_finished(now)
         if decision.action is Action.PAUSE:

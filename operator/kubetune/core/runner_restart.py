@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from kubetune.core import budget as budgets
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import Action, SchedulerDecision
 from kubetune.core.search_values import objective_value, record_latest
@@ -63,6 +64,8 @@ class SpecAndRestart:
             return
         if (finished.reason == "MaxTrialsReached" and self.max_trials > self._created   # as Katib
                 or finished.reason == "Infeasible"          # the next launch checks the resources again
+                or finished.reason == budgets.BUDGET_EXHAUSTED
+                and not budgets.exhausted(self.spec, self._trials.values())
                 or finished.reason == "MaxFailedTrialsReached"
                 and (budget.max_failed_trials is None or self._failed <= budget.max_failed_trials)):
             self.finished = None

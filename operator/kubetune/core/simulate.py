@@ -56,6 +56,7 @@ class Simulator:
     # what the plan (core/plan.py) predicts, measured
     run_seconds: dict[str, float] = field(default_factory=dict)
     peak_running: int = 0
+    dt: float = 1.0                        # the last tick's length
 
     def apply(self, decisions: list[Decision]) -> None:
         for decision in decisions:
@@ -65,6 +66,9 @@ class Simulator:
                 trial = SimTrial(decision.name, decision.params, decision.start_iteration,
                                  decision.last_result_seq, decision.attempt, queued_at=self.now)
                 (self.running if self.admission_quota is None else self.waiting)[decision.name] = trial
+                # the host's clock: a trial launched in this tick reports its first iteration
+                # in it too, so its run began a tick ago
+                self.runner.on_trial_usage(decision.name, decision.attempt, self.now - self.dt, self.now)
                 self.apply(self.runner.on_trial_launched(decision.name, self.now))
             elif isinstance(decision, (StopTrial, PauseTrial)):
                 self.running.pop(decision.name, None)
@@ -115,6 +119,7 @@ class Simulator:
         self.apply(self.runner.on_trial_result(trial.name, result, self.now))
 
     def tick(self, dt: float = 1.0) -> None:
+        self.dt = dt
         self.now += dt
         self.apply(self.runner.step(self.now))
         self.admit()

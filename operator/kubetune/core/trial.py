@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from kubetune.core.curve import add_point
 from kubetune.core.types import TrialPhase, TrialRecord
+from kubetune.core.usage import TrialUsage
 
 
 # PBT exploits listed on a Trial: the latest (the last one says what it runs with)
@@ -51,6 +52,7 @@ class TrialInfo:
     queue_waits: int = 0
     evictions: int = 0
     admitted_attempt: int | None = None        # the attempt the queue admitted last
+    usage: TrialUsage = field(default_factory=TrialUsage)   # run/GPU/CPU/queue seconds (core/usage.py)
 
     @property
     def launchable(self) -> bool:
@@ -87,7 +89,7 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
         failure_log=[dict(entry) for entry in record.failure_log],
         lineage=[dict(entry) for entry in record.lineage],
         attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
-        evictions=record.evictions,
+        evictions=record.evictions, usage=TrialUsage.from_status(record.usage),
         last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
     trial.launched = record.phase not in (TrialPhase.PENDING, TrialPhase.QUEUED) or record.attempt > 0 or bool(history)
     trial.relaunch = record.phase is TrialPhase.PAUSED and not suspended

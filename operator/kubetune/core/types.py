@@ -64,6 +64,7 @@ class TrialRecord:
     queue_wait_s: float = 0.0                     # spec.queue: seconds waited for admission, all attempts
     queue_waits: int = 0                          # spec.queue: admissions
     evictions: int = 0                            # spec.queue: evictions (preemptions)
+    usage: Mapping[str, Any] | None = None        # Trial.status.usage (core/usage.TrialUsage.to_status)
 
 
 # ---------------------------------------------------------------- decisions
@@ -146,3 +147,4 @@ class ExperimentSummary:
     max_trials: int = 0                                     # for progress: done/max_trials
     outcomes: Any = None    # core.pareto.Outcomes: Pareto front, hypervolume, reused and warm-start trials
     admissions: Mapping[str, Any] | None = None   # admissions, queue wait, evictions (spec.queue); None without
+    usage: Mapping[str, float] | None = None   # Experiment.status.usage (core/usage.experiment_usage)

@@ -106,6 +106,11 @@ class TrialUpdate:
     queue_full: bool = False
     queue_wait_s: float | None = None
     evicted: str = ""
+    # the attempt's run on the trial host's own clock (epoch seconds): when its function
+    # started and when it ended (None while it runs); what the usage ledger counts
+    # (core/usage.py), so no operator clock or restart enters it
+    run_started: float | None = None
+    run_ended: float | None = None
 
 
 class NodeResources(NamedTuple):

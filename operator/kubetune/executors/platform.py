@@ -58,7 +58,7 @@ class Platform(Protocol):
     async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]: ...
     async def start(self, request: LaunchRequest) -> LaunchInfo: ...
     async def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0) -> dict[str, TrialUpdate]: ...
-    async def stop(self, trial_key: str) -> None: ...
+    async def stop(self, trial_key: str) -> TrialUpdate | None: ...   # its final answer, if any
     async def pause(self, trial_key: str, *, after_seq: int | None) -> TrialUpdate | None: ...
     async def list_trials(self, prefix: str) -> list[str]: ...
     async def end_runs(self, prefix: str) -> bool:
@@ -103,8 +103,8 @@ class ExecutorPlatform:
     async def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0) -> dict[str, TrialUpdate]:
         return await asyncio.to_thread(self.executor.poll, cursors, wait_s=wait_s)
 
-    async def stop(self, trial_key: str) -> None:
-        await asyncio.to_thread(self.executor.stop, trial_key)
+    async def stop(self, trial_key: str) -> TrialUpdate | None:
+        return await asyncio.to_thread(self.executor.stop, trial_key)
 
     async def pause(self, trial_key: str, *, after_seq: int | None) -> TrialUpdate | None:
         return await asyncio.to_thread(self.executor.pause, trial_key, after_seq=after_seq)

@@ -9,8 +9,8 @@ curves, export (``kubetune results``) and plots read from here.
 
 May import: core/ (value encoding), SQLAlchemy; never Ray or the Kubernetes client.
 """
-from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 from kubetune.results.store import ResultsStore, default_url, open_store
 
-__all__ = ["Batch", "ExperimentRow", "FailureRow", "ResultRow", "TrialRow",
+__all__ = ["Batch", "ExperimentRow", "FailureRow", "ResultRow", "TrialRow", "UsageRow",
            "ResultsStore", "default_url", "open_store"]

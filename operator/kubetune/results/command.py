@@ -56,7 +56,8 @@ def load(store, experiment: str, namespace: str | None, trial: str | None) -> Re
     uids = {t.uid for t in trials}
     results = [r for t in trials for r in store.results(chosen.uid, t.uid)] if trial else store.results(chosen.uid)
     failures = [f for f in store.failures(chosen.uid) if f.trial_uid in uids]
-    return Report(chosen, trials, results, failures)
+    usage = [u for u in store.usage(chosen.uid) if u.trial_uid in uids]
+    return Report(chosen, trials, results, failures, usage)
 
 
 def main(args: argparse.Namespace) -> int:

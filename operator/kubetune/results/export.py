@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict
 from typing import Any, Iterable, TextIO
 
-from kubetune.results.rows import ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.rows import ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 
 
 def json_safe(value: Any) -> Any:
@@ -44,8 +44,9 @@ class Report:
     """One Experiment's stored results, ready to print."""
 
     def __init__(self, experiment: ExperimentRow, trials: list[TrialRow], results: list[ResultRow],
-                 failures: list[FailureRow]) -> None:
+                 failures: list[FailureRow], usage: list[UsageRow] | None = None) -> None:
         self.experiment = experiment
+        self.usage = usage or []     # one row per attempt (core/usage.py)
         self.trials = trials
         self.results = results
         self.failures = failures
@@ -62,8 +63,12 @@ class Report:
         for f in self.failures:
             failures.setdefault(f.trial_uid, []).append(
                 {"attempt": f.attempt, "reason": f.reason, "message": f.message, "time": f.time})
+        usage: dict[str, list[dict[str, Any]]] = {}
+        for u in self.usage:
+            usage.setdefault(u.trial_uid, []).append({k: v for k, v in asdict(u).items() if k != "trial_uid"})
         document = {"experiment": asdict(self.experiment), "trials": [
-            {**asdict(t), "failures": failures.get(t.uid, []), "results": by_trial.get(t.uid, [])}
+            {**asdict(t), "failures": failures.get(t.uid, []), "usage": usage.get(t.uid, []),
+             "results": by_trial.get(t.uid, [])}
             for t in self.trials]}
         json.dump(json_safe(document), out, indent=1, allow_nan=False)
         out.write("\n")
@@ -91,6 +96,15 @@ class Report:
             _table(out, ["TRIAL", "ATTEMPT", "REASON", "ERROR"],
                    [[self.trial_names.get(f.trial_uid, f.trial_uid), str(f.attempt), f.reason,
                      (f.message.strip().splitlines() or [""])[0][:120]] for f in self.failures])
+        if self.usage:
+            out.write("\nUSAGE PER ATTEMPT (seconds on the trial host's clock)\n")
+            _table(out, ["TRIAL", "ATTEMPT", "RUN", "GPU", "CPU", "QUEUE", "ENDED"],
+                   [[self.trial_names.get(u.trial_uid, u.trial_uid), str(u.attempt), f"{u.run_seconds:.1f}",
+                     f"{u.gpu_seconds:.1f}", f"{u.cpu_seconds:.1f}", f"{u.queue_seconds:.1f}",
+                     "yes" if u.ended is not None else "running"] for u in self.usage])
+            gpu = sum(u.gpu_seconds for u in self.usage)
+            out.write(f"total: {gpu / 3600:.4g} GPU-hours, {sum(u.cpu_seconds for u in self.usage) / 3600:.4g} "
+                      f"CPU-hours, {sum(u.run_seconds for u in self.usage):.1f} s run\n")
 
 
 def _csv(value: Any) -> Any:

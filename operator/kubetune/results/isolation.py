@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import exc
 
-from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 
 # the server or the connection, not the rows: nothing to bisect, everything is retried
 _OUTAGES = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError,
@@ -28,7 +28,7 @@ def is_outage(error: BaseException) -> bool:
 def halves(batch: Batch) -> tuple[Batch, Batch]:
     """``batch`` split into two non-empty parts (``len(batch) >= 2``).  Rows of different
     tables are independent (no foreign keys), so any split is writable on its own."""
-    rows = [*batch.experiments, *batch.trials, *batch.results, *batch.failures]
+    rows = [*batch.experiments, *batch.trials, *batch.results, *batch.failures, *batch.usage]
     middle = len(rows) // 2
     return batch_of(rows[:middle]), batch_of(rows[middle:])
 
@@ -42,13 +42,15 @@ def batch_of(rows) -> Batch:
             batch.trials.append(row)
         elif isinstance(row, ResultRow):
             batch.results.append(row)
+        elif isinstance(row, UsageRow):
+            batch.usage.append(row)
         else:
             batch.failures.append(row)
     return batch
 
 
 def only_row(batch: Batch) -> ExperimentRow | TrialRow | ResultRow | FailureRow:
-    return next(iter([*batch.experiments, *batch.trials, *batch.results, *batch.failures]))
+    return next(iter([*batch.experiments, *batch.trials, *batch.results, *batch.failures, *batch.usage]))
 
 
 def _value_bytes(value: Any) -> int:
@@ -70,6 +72,8 @@ def row_bytes(row: ExperimentRow | TrialRow | ResultRow | FailureRow) -> int:
         return size
     if isinstance(row, FailureRow):
         return ROW_OVERHEAD + len(row.message) + len(row.reason)
+    if isinstance(row, UsageRow):
+        return ROW_OVERHEAD + 64
     if isinstance(row, TrialRow):
         return ROW_OVERHEAD + len(row.name) + len(row.reason) + sum(
             METRIC_OVERHEAD + len(str(k)) + _value_bytes(v) for k, v in row.params.items())
@@ -95,6 +99,8 @@ def describe(row: ExperimentRow | TrialRow | ResultRow | FailureRow) -> str:
         return f"result seq {row.seq}"
     if isinstance(row, FailureRow):
         return f"failure record of attempt {row.attempt}"
+    if isinstance(row, UsageRow):
+        return f"usage record of attempt {row.attempt}"
     if isinstance(row, TrialRow):
         return f"trial record {row.name[:80]}"
     return "experiment record"

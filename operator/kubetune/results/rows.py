@@ -54,6 +54,20 @@ class FailureRow:
     time: float = 0.0
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """What one attempt of a trial used (core/usage.py), on the trial host's clock."""
+    trial_uid: str
+    attempt: int
+    started: float
+    ended: float | None        # None while it runs (``seen`` is the latest time known)
+    seen: float
+    run_seconds: float
+    gpu_seconds: float
+    cpu_seconds: float
+    queue_seconds: float = 0.0
+
+
 @dataclass
 class Batch:
     """One write: upserted in one transaction, so a batch is stored whole or not at all."""
@@ -61,12 +75,14 @@ class Batch:
     trials: list[TrialRow] = field(default_factory=list)
     results: list[ResultRow] = field(default_factory=list)
     failures: list[FailureRow] = field(default_factory=list)
+    usage: list[UsageRow] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.experiments) + len(self.trials) + len(self.results) + len(self.failures)
+        return len(self.experiments) + len(self.trials) + len(self.results) + len(self.failures) + len(self.usage)
 
     def extend(self, other: "Batch") -> None:
         self.experiments += other.experiments
         self.trials += other.trials
         self.results += other.results
         self.failures += other.failures
+        self.usage += other.usage

@@ -77,6 +77,22 @@ metrics = Table(
     PrimaryKeyConstraint("trial_uid", "seq", "name", name="kubetune_metrics_pk"),
 )
 
+# One row per attempt of a trial (issue 27): a table of its own, so an existing database
+# gains it through create_all (no column added to a table that has rows: no migration)
+usage = Table(
+    "kubetune_usage", metadata,
+    Column("trial_uid", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("started", Double, nullable=False),
+    Column("ended", Double),
+    Column("seen", Double, nullable=False),
+    Column("run_seconds", Double, nullable=False, default=0.0),
+    Column("gpu_seconds", Double, nullable=False, default=0.0),
+    Column("cpu_seconds", Double, nullable=False, default=0.0),
+    Column("queue_seconds", Double, nullable=False, default=0.0),
+    PrimaryKeyConstraint("trial_uid", "attempt", name="kubetune_usage_pk"),
+)
+
 failures = Table(
     "kubetune_failures", metadata,
     Column("trial_uid", String(64), nullable=False),

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, String, create_engine, delete, event, func, select
+from sqlalchemy import Engine, String, create_engine, delete, event, func, inspect, select
 from sqlalchemy.engine import make_url
 
 from kubetune.results import migrate, schema, values
-from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 
 URL_ENV = "KUBETUNE_RESULTS_URL"
 CHUNK_ROWS = 5000   # rows per statement: bounds the memory of one executemany
@@ -162,6 +162,10 @@ class ResultsStore:
             self._upsert(connection, schema.failures, ["trial_uid", "attempt"], [
                 {"trial_uid": f.trial_uid, "attempt": f.attempt, "reason": f.reason, "message": f.message,
                  "time": f.time} for f in batch.failures])
+            self._upsert(connection, schema.usage, ["trial_uid", "attempt"], [
+                {"trial_uid": u.trial_uid, "attempt": u.attempt, "started": u.started, "ended": u.ended,
+                 "seen": u.seen, "run_seconds": u.run_seconds, "gpu_seconds": u.gpu_seconds,
+                 "cpu_seconds": u.cpu_seconds, "queue_seconds": u.queue_seconds} for u in batch.usage])
 
     def _upsert(self, connection, table, keys: list[str], rows: Sequence[dict[str, Any]],
                 keep: Iterable[str] = ()) -> None:
@@ -202,7 +206,7 @@ class ResultsStore:
         for uid in experiment_uids:   # one transaction per Experiment: a big store is not locked for long
             with self.engine.begin() as connection:
                 trials = select(t.c.uid).where(t.c.experiment_uid == uid).scalar_subquery()
-                for table in (m, r, f):
+                for table in (m, r, f, schema.usage):
                     # a trial whose UID was not known yet is stored under "<experiment uid>/<name>"
                     owned = table.c.trial_uid.in_(trials) | table.c.trial_uid.startswith(f"{uid}/", autoescape=True)
                     count = connection.execute(delete(table).where(owned)).rowcount or 0
@@ -249,6 +253,16 @@ class ResultsStore:
                                           metrics=metrics.get(row.seq, {}), time=row.time,
                                           attempt=row.attempt, checkpoint=row.checkpoint))
         return rows
+
+    def usage(self, experiment_uid: str) -> list[UsageRow]:
+        """What every attempt of the experiment's trials used, by trial and attempt."""
+        u, t = schema.usage, schema.trials
+        if self.read_only and not inspect(self.engine).has_table(u.name):
+            return []    # a database from before the table, opened without creating it
+        query = (select(u).join(t, t.c.uid == u.c.trial_uid).where(t.c.experiment_uid == experiment_uid)
+                 .order_by(t.c.index, u.c.attempt))
+        with self.engine.connect() as connection:
+            return [UsageRow(**row._mapping) for row in connection.execute(query)]
 
     def iteration_times(self, experiment_uid: str) -> list[tuple[str, int | None, int, float]]:
         """(trial uid, attempt, iteration, time) of every stored result: what an iteration

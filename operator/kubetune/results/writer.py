@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from kubetune.results.isolation import batch_of, describe, halves, is_outage, only_row, owner, row_bytes
-from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow
+from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 from kubetune.results.store import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class ResultsWriter:
         self._experiments: dict[str, ExperimentRow] = {}
         self._trials: dict[str, TrialRow] = {}
         self._failures: dict[tuple[str, int], FailureRow] = {}
+        self._usage: dict[tuple[str, int], UsageRow] = {}     # per attempt: the latest figures win
         self._results: collections.deque[tuple[ResultRow, int]] = collections.deque()   # (row, its bytes)
         self._bytes = 0                    # of the above
         self._writing = 0                  # rows taken by the thread, not yet written
@@ -138,6 +139,7 @@ class ResultsWriter:
     def pending(self) -> int:
         with self._lock:
             return len(self._results) + len(self._experiments) + len(self._trials) + len(self._failures) \
+                + len(self._usage) \
                 + self._writing + len(self._suspects)
 
     @property
@@ -171,28 +173,30 @@ class ResultsWriter:
 
     @staticmethod
     def _rows(batch: Batch):
-        return [*batch.experiments, *batch.trials, *batch.results, *batch.failures]
+        return [*batch.experiments, *batch.trials, *batch.results, *batch.failures, *batch.usage]
 
     def _is_forgotten(self, row) -> bool:
         key = owner(row, self._owners)
         return key in self._forgotten or getattr(row, "trial_uid", None) in self._forgotten
 
     def _has_pending(self) -> bool:
-        return bool(self._results or self._experiments or self._trials or self._failures)
+        return bool(self._results or self._experiments or self._trials or self._failures or self._usage)
 
     def _pending_batch(self) -> Batch:
         return Batch(list(self._experiments.values()), list(self._trials.values()), [r for r, _ in self._results],
-                     list(self._failures.values()))
+                     list(self._failures.values()), list(self._usage.values()))
 
     def _clear_pending(self) -> None:
         self._experiments.clear(), self._trials.clear(), self._failures.clear(), self._results.clear()
+        self._usage.clear()
         self._bytes = 0
 
     def _merge(self, batch: Batch, *, newer: bool) -> None:
         """Add rows; ``newer=False`` puts back a batch behind what came since."""
         for table, rows, key in ((self._experiments, batch.experiments, lambda r: r.uid),
                                  (self._trials, batch.trials, lambda r: r.uid),
-                                 (self._failures, batch.failures, lambda r: (r.trial_uid, r.attempt))):
+                                 (self._failures, batch.failures, lambda r: (r.trial_uid, r.attempt)),
+                                 (self._usage, batch.usage, lambda r: (r.trial_uid, r.attempt))):
             for row in rows:
                 old = table.get(key(row))
                 if old is not None and not newer:
@@ -227,9 +231,9 @@ class ResultsWriter:
             results.append(row)
             size += row_size
         batch = Batch(list(self._experiments.values()), list(self._trials.values()), results,
-                      list(self._failures.values()))
-        size += sum(row_bytes(row) for row in (*batch.experiments, *batch.trials, *batch.failures))
-        self._experiments.clear(), self._trials.clear(), self._failures.clear()
+                      list(self._failures.values()), list(self._usage.values()))
+        size += sum(row_bytes(row) for row in (*batch.experiments, *batch.trials, *batch.failures, *batch.usage))
+        self._experiments.clear(), self._trials.clear(), self._failures.clear(), self._usage.clear()
         self._bytes -= size
         self._writing, self._writing_bytes = len(batch), size
         return batch

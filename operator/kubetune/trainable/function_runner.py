@@ -430,4 +430,6 @@ class FunctionRunner:
             return {"trial_key": self.trial_key, "attempt": self.attempt, "results": batch,
                     "state": state, "error": self._error if state == FAILED else "",
                     "last_seq": self.last_seq, "iteration": self._iteration,
-                    "checkpoint": self._latest_checkpoint}
+                    "checkpoint": self._latest_checkpoint,
+                    # this host's clock: what the operator's GPU-hour ledger counts (core/usage.py)
+                    "started_at": self.started_at, "ended_at": self.ended_at if state != RUNNING else None}

@@ -74,16 +74,20 @@ class ASHAScheduler(PrunerScheduler):
         sched = spec.scheduler
         expected, rungs = successive_halving(cls.trial_brackets(spec, study_name), sched.grace_period, sched.reduction_factor,
                                              sched.max_iterations, spec.budget.parallelism)
-        notes = ()
+        notes = ["expected: trials of random quality whose rank holds from rung to rung; where curves cross, "
+                 "fewer continue and it costs less"]
         if spec.search.algorithm not in ("random", "grid", "qmc"):
-            notes = (f"expected assumes trials arrive in random order of quality; {spec.search.algorithm} "
-                     "improves as it learns, so more continue: the cost lies between expected and worst",)
-        return Planned(float(spec.budget.max_trials * sched.max_iterations), expected, tuple(rungs), notes)
+            notes.append(f"{spec.search.algorithm} improves as it learns, so more trials continue: the cost lies "
+                         "between expected and worst")
+        return Planned(float(spec.budget.max_trials * sched.max_iterations), expected, tuple(rungs), tuple(notes))
 
     @classmethod
     def trial_brackets(cls, spec: ExperimentSpec, study_name: str) -> list[int]:
         """The bracket of each trial, in creation order (ASHA: one bracket)."""
         return [0] * spec.budget.max_trials
+
+    def at_rung(self, iteration: int) -> bool:
+        return self._rung_index(iteration) > self._rung_index(iteration - 1)
 
     def replay_step(self, previous: int | None, step: int) -> bool:
         """Successive halving acts only at the first step at or past a rung (gracePeriod x

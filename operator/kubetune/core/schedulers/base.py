@@ -63,6 +63,12 @@ class TrialScheduler:
         worst = float(trials * top)
         return Planned(worst, worst, (Rung(top, float(trials), trials),), (cls.plan_note,) if cls.plan_note else ())
 
+    def at_rung(self, iteration: int) -> bool:
+        """Whether ``iteration`` is where this scheduler judges (a promotion would start):
+        a trial under ``budget.onExhausted: finishRung`` stops there.  None here: it runs on
+        to maxIterations."""
+        return False
+
     def __init__(self, spec: ExperimentSpec, searcher: Searcher) -> None:
         self.spec = spec
         self.searcher = searcher

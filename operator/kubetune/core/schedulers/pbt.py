@@ -67,7 +67,11 @@ class PBTScheduler(TrialScheduler):
         rungs = tuple(Rung(step, float(trials), trials) for step in [*points, sched.max_iterations])
         worst = float(trials * sched.max_iterations)
         return Planned(worst, worst, rungs, (f"at each perturbation about {bottom} of the {population} running "
-                                             "trials continue from a top trial's checkpoint",))
+                                             "trials continue from a top trial's checkpoint, redoing the "
+                                             "iterations since it was saved",))
+
+    def at_rung(self, iteration: int) -> bool:
+        return iteration % self.interval == 0
 
     def on_trial_add(self, trial: TrialInfo) -> None:
         self._live[trial.name] = trial

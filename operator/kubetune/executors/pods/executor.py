@@ -296,6 +296,7 @@ class PodExecutor:
                                error=f"the trial's pod {name} "
                                      "is gone (deleted, or its node was removed)", **common)
         phase = (pod.get("status") or {}).get("phase")
+        common["run_started"], common["run_ended"] = pod_spec.run_times(pod)
         if kueue.managed(pod):
             namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:

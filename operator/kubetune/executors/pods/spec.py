@@ -266,6 +266,19 @@ def container_waiting(pod: Mapping[str, Any], now: float) -> tuple[str, str, boo
     return None
 
 
+def run_times(pod: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """When the trial's container (the first) started and ended, on the kubelet's clock:
+    what the usage ledger counts (core/usage.py); (None, None) before it started."""
+    containers = (pod.get("status") or {}).get("containerStatuses") or []
+    state = (containers[0].get("state") or {}) if containers else {}
+    if state.get("running"):
+        return _epoch(state["running"].get("startedAt")), None
+    if state.get("terminated"):
+        ended = state["terminated"]
+        return _epoch(ended.get("startedAt")), _epoch(ended.get("finishedAt"))
+    return None, None
+
+
 def _epoch(timestamp: str | None) -> float | None:
     if not timestamp:
         return None

@@ -67,8 +67,20 @@ def batch(value: Any, key: str, limit: int) -> dict:
                "last_seq": _int(value.get("last_seq", -1), "last_seq", low=-1),
                "iteration": _int(value.get("iteration"), "iteration", optional=True, low=0),
                "checkpoint": checkpoint(value.get("checkpoint"), key, "checkpoint"),
-               "ended": bool(value.get("ended")), "retire": names(value.get("retire"), "retire")}
+               "ended": bool(value.get("ended")), "retire": names(value.get("retire"), "retire"),
+               # the run's start and end on the host's clock: what the usage ledger counts
+               "started_at": _epoch(value.get("started_at"), "started_at"),
+               "ended_at": _epoch(value.get("ended_at"), "ended_at")}
     return checked
+
+
+def _epoch(value: Any, field: str) -> float | None:
+    """An epoch time in seconds (1970 to 5138), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e11:
+        raise _reject(field, "must be epoch seconds")
+    return float(value)
 
 
 def _result(value: Any, key: str, field: str) -> dict:

@@ -99,7 +99,8 @@ def _fetched(key: str, slot: Slot, done: Call, after: int, limit: int) -> TrialU
     if update.state.is_terminal:
         # Later polls past the last seq get the same ending without an actor call.
         slot.final = TrialUpdate(key, update.state, (), update.error, attempt=update.attempt,
-                                 checkpoint=update.checkpoint, iteration=update.iteration)
+                                 checkpoint=update.checkpoint, iteration=update.iteration,
+                                 run_started=update.run_started, run_ended=update.run_ended)
         slot.final_seq = batch["last_seq"]
     return update
 
@@ -110,7 +111,15 @@ def to_update(key: str, batch: dict, after: int) -> TrialUpdate:
     state = TrialState(batch["state"]) if batch["state"] != UNKNOWN else TrialState.MISSING
     return TrialUpdate(key, state, results, batch.get("error", ""),
                        attempt=batch.get("attempt"), checkpoint=batch.get("checkpoint"),
-                       iteration=batch.get("iteration"))
+                       iteration=batch.get("iteration"), run_started=_seconds(batch.get("started_at")),
+                       run_ended=_seconds(batch.get("ended_at")))
+
+
+def _seconds(value: object) -> float | None:
+    """An epoch time from the actor's answer, or None: a host is not trusted to send a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11:
+        return float(value)
+    return None
 
 
 def mark_dead(key: str, slot: Slot, error: AnswerError) -> TrialUpdate:
