@@ -29,7 +29,7 @@ MAX_EXPERIMENT_STATUS_BYTES = 12 * 1024
 # and Argo CD read the outcome and progress from (and date-times a cut would make invalid)
 EXPERIMENT_STATUS_KEPT = ("phase", "startTime", "completionTime", "trialCounts", "progress", "observedGeneration")
 TRIAL_STATUS_KEPT = ("phase", "attempt", "iteration", "lastResultSeq", "startTime", "attemptStartTime",
-                     "completionTime")
+                     "completionTime", "usage")
 # a Trial's message keeps the start of a traceback (the error is its first line) and
 # its end (where it was raised); the results store keeps it whole
 MAX_MESSAGE_CHARS = 8000
@@ -137,6 +137,8 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["admissions"] = trial.queue_waits
     if trial.evictions:
         status["evictions"] = trial.evictions
+    if trial.launched or trial.usage.queue_s:
+        status["usage"] = trial.usage.to_status(trial.queue_wait_s)   # numbers only: never what fit() cuts
     return fit(json_safe(status), MAX_TRIAL_STATUS_BYTES, keep=TRIAL_STATUS_KEPT)
 
 
@@ -194,6 +196,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         best_iteration=status.get("bestIteration"),
         decision_state=status.get("decisionState"),
         queue_wait_s=float(status.get("queueWaitSeconds") or 0.0),
+        usage=status.get("usage") if isinstance(status.get("usage"), Mapping) else None,
         queue_waits=int(status.get("admissions") or 0),
         evictions=int(status.get("evictions") or 0),
     )
@@ -311,6 +314,8 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     status.update(outcome_fields(summary.outcomes))
     if summary.admissions:   # the status field's name says which queue: spec.queue is Kueue's
         status["kueue"] = dict(summary.admissions)
+    if summary.usage is not None:
+        status["usage"] = dict(summary.usage)
     # Conditions are what kubectl wait, Argo CD and a restarted operator read the outcome
     # from: they are never what fit() cuts (each message is already capped at 1 KiB);
     # the rest is shrunk into what they leave.

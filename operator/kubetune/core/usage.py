@@ -7,7 +7,7 @@ restarted while the trial runs counts the attempt once and exactly (the host rep
 the same start again), and the operator's own clock, queueing and polling delays never
 enter it.  An attempt is closed when a later attempt appears or its end is seen; a
 closed attempt is never counted again.  Queue time is the operator's (nothing runs
-yet): Queued for resources or the autoscaler, plus Kueue's admission wait.  Pure.
+yet): Queued for resources or the autoscaler, plus the queue's admission wait.  Pure.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class TrialUsage:
     run_s: float = 0.0        # closed attempts
     gpu_s: float = 0.0
     cpu_s: float = 0.0
-    queue_s: float = 0.0      # Queued (resources, autoscaler); Kueue's wait is TrialInfo.queue_wait_s
+    queue_s: float = 0.0      # Queued (resources, autoscaler); admission waits are TrialInfo.queue_wait_s
     counted_through: int = -1                # attempts up to this one are closed
     current: AttemptRun | None = None
     # the latest ended attempts, shown in the status so the results store gets each one's
@@ -100,16 +100,16 @@ class TrialUsage:
         self.ended_runs = [*self.ended_runs[-(KEPT_ENDED_RUNS - 1):], run]
         self.current = None
 
-    def totals(self, kueue_wait_s: float = 0.0) -> dict[str, float]:
+    def totals(self, admission_wait_s: float = 0.0) -> dict[str, float]:
         live = self.current.seconds if self.current is not None else 0.0
         gpus = self.current.gpus if self.current is not None else 0.0
         cpus = self.current.cpus if self.current is not None else 0.0
         return {"gpuSeconds": round(self.gpu_s + live * gpus, 3), "cpuSeconds": round(self.cpu_s + live * cpus, 3),
-                "runSeconds": round(self.run_s + live, 3), "queueSeconds": round(self.queue_s + kueue_wait_s, 3)}
+                "runSeconds": round(self.run_s + live, 3), "queueSeconds": round(self.queue_s + admission_wait_s, 3)}
 
-    def to_status(self, kueue_wait_s: float = 0.0) -> dict[str, Any]:
+    def to_status(self, admission_wait_s: float = 0.0) -> dict[str, Any]:
         """``Trial.status.usage``: the totals, and what a restarted operator continues from."""
-        body: dict[str, Any] = {**self.totals(kueue_wait_s), "countedThrough": self.counted_through,
+        body: dict[str, Any] = {**self.totals(admission_wait_s), "countedThrough": self.counted_through,
                                 "closedRunSeconds": round(self.run_s, 6), "closedGpuSeconds": round(self.gpu_s, 6),
                                 "closedCpuSeconds": round(self.cpu_s, 6), "ownQueueSeconds": round(self.queue_s, 6)}
         if self.current is not None:
@@ -149,10 +149,10 @@ def _run(body: Any) -> AttemptRun | None:
 
 
 def experiment_usage(trials: Iterable[tuple[TrialUsage, float]]) -> dict[str, float]:
-    """``Experiment.status.usage``: the sum over (trial usage, its Kueue wait), with hours."""
+    """``Experiment.status.usage``: the sum over (trial usage, its admission wait), with hours."""
     total = {"gpuSeconds": 0.0, "cpuSeconds": 0.0, "runSeconds": 0.0, "queueSeconds": 0.0}
-    for usage, kueue_wait_s in trials:
-        for key, value in usage.totals(kueue_wait_s).items():
+    for usage, admission_wait_s in trials:
+        for key, value in usage.totals(admission_wait_s).items():
             total[key] += value
     rounded = {key: round(value, 3) for key, value in total.items()}
     return {**rounded, "gpuHours": round(total["gpuSeconds"] / 3600, 4), "cpuHours": round(total["cpuSeconds"] / 3600, 4)}
