@@ -72,31 +72,31 @@ def asha(budget: dict, maxTrials: int = 40, **extra):
 
 
 def test_a_gpu_hour_budget_ends_an_asha_run_within_one_report_and_a_raise_reopens_it():
-    spec = asha({"gpuHours": 2.0})
+    spec = asha({"gpuHours": 1.0})
     runner = make_runner(spec)
     sim = Simulator(runner, quadratic)
     run(sim)
     finished = runner.finished
     assert (finished.phase, finished.reason) == ("Succeeded", BUDGET_EXHAUSTED)
-    assert "spec.budget.gpuHours 2 used up" in finished.message and "best" in finished.message
+    assert "spec.budget.gpuHours 1 used up" in finished.message and "best" in finished.message
     used = runner.summary(sim.now).usage["gpuHours"]
     # stopped once one more first rung (one iteration) would pass the limit, and then at
     # most one more report of each running trial
-    assert 2.0 - TICK / 3600 <= used <= 2.0 + 4 * TICK / 3600
+    assert 1.0 - TICK / 3600 <= used <= 1.0 + 4 * TICK / 3600
     stopped = [d for d in of_type(sim.log, StopTrial) if d.reason == BUDGET_EXHAUSTED]
     assert stopped and runner.summary(sim.now).best_trial is not None
     created = runner.summary(sim.now).created
     assert created < 40
 
-    sim.apply(runner.on_spec_changed(asha({"gpuHours": 3.0}, maxTrials=80), sim.now))
+    sim.apply(runner.on_spec_changed(asha({"gpuHours": 1.5}, maxTrials=80), sim.now))
     assert runner.finished is None
     run(sim)
     assert runner.finished.reason == BUDGET_EXHAUSTED and runner.summary(sim.now).created > created
-    assert 3.0 - TICK / 3600 <= runner.summary(sim.now).usage["gpuHours"] <= 3.0 + 4 * TICK / 3600
+    assert 1.5 - TICK / 3600 <= runner.summary(sim.now).usage["gpuHours"] <= 1.5 + 4 * TICK / 3600
 
 
 def test_finish_rung_lets_running_trials_reach_their_rung_and_promotes_none():
-    spec = asha({"gpuHours": 2.0, "onExhausted": "finishRung"})
+    spec = asha({"gpuHours": 1.0, "onExhausted": "finishRung"})
     runner = make_runner(spec)
     sim = Simulator(runner, quadratic)
     run(sim)

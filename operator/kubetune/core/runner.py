@@ -366,7 +366,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
                                 f"last error: {name}: {error}; {self._failures.most_often()}")
         spent = budgets.exhausted(self.spec, self._trials.values())
         if spent and not self._counts[RUNNING]:
-            return self._finish(now, outcome, budgets.BUDGET_EXHAUSTED,
+            return self._finish(now, self._outcome(), budgets.BUDGET_EXHAUSTED,
                                 self._with_failures(f"{spent}; {self._best_text()}"))
         if self._active:
             return []
