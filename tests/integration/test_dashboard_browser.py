@@ -178,7 +178,7 @@ def test_a_running_experiment_shows_a_new_trial_without_a_reload(browser, tmp_pa
         page.evaluate("window.__kubetuneNotReloaded = true")   # a reload would drop it
         shoot(page, tmp_path / "running-before.png")
         add_trial(3, "Running")   # while the page is open: the dashboard's live update polls
-        recorder.trial_status("growing-2", {"phase": "Succeeded"})
+        recorder.trial_state("growing-2", phase="Succeeded", reason="", best=None, iteration=3, attempt=0)
         assert writer.flush(30), writer.problem
         page.get_by_text("4 Trials", exact=True).wait_for(timeout=90_000)
         page.get_by_text("Trial 3", exact=True).first.wait_for()
