@@ -55,6 +55,8 @@ def queues(kueue_cluster, teams):
 def kueue_operator(kueue_cluster, teams, queues, tmp_path_factory):
     process = OperatorProcess(kueue_cluster.kubeconfig, "local", tmp_path_factory.mktemp("kueue-operator"), teams[0],
                               extra_args=("--namespace", teams[1], "--pod-executor",
+                                          # the WorkloadPriorityClasses the examples name (default: none allowed)
+                                          "--pod-priority-classes", "tuning-low,tuning-high",
                                           "--ingest-port", str(free_port()))).start()
     yield process
     process.stop_and_report()
