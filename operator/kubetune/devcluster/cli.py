@@ -88,6 +88,10 @@ def main(args: argparse.Namespace) -> int:
             for name, path in ensure_binaries(ALL_BINARIES, log=_log).items():
                 print(f"{name}: {path}")
             print(f"kueue: {ensure_kueue(log=_log)}")
+            # the GitOps tools' status readers, for tests/integration/test_gitops.py
+            from kubetune.devcluster.gitops_tools import ensure_gitops_tools
+            for name, path in ensure_gitops_tools(log=_log).items():
+                print(f"{name}: {path}")
         except BuildError as exc:
             _log(f"devcluster: {exc}")
             return 1
