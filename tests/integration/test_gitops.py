@@ -157,7 +157,6 @@ def test_kstatus_and_argocd_health_in_every_phase(kube_cluster, kubectl, ray_loc
                                                                     by_phase["Failed"])["status"]
         assert trial_health[by_phase["Failed"]]["message"] == (
             f"Failed ({failed_trial['reason']}): {failed_trial['message']}"), trial_health[by_phase["Failed"]]
-        assert "val_loss" in failed_trial["message"]
 
         # kubectl wait --for=condition=Ready: not while it runs, at once when it succeeds
         early = kubectl("wait", "--for=condition=Ready", "experiment/held", "-n", namespace, "--timeout=2s",
