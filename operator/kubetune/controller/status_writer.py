@@ -145,7 +145,7 @@ class StatusWriter:
         extra = await self._extra_conditions(runner_summary)
         summary = self.platform_queue.summary(runner_summary, ctx.runner.trials)
         status = render.experiment_status(
-            summary, total=ctx.spec.budget.max_trials, previous=self.written,
+            summary, total=ctx.runner.spec.budget.max_trials, previous=self.written,
             generation=ctx.generation, now=now, suspended=ctx.spec.suspend, extra_conditions=extra,
             blocked=self.blocked,
             kept=self._kept_status())
