@@ -48,6 +48,7 @@ def test_a_refused_write_backs_off_and_is_surfaced_after_three_failures_in_a_row
     reason, message = failures.condition()
     assert reason == "TooManyRequests" and "Trial t-1" in message and "429" in message
     assert not failures.failed("Trial t-1", throttled, now=10.0)        # not again
+    assert not failures.hopeless("Trial t-1")        # 429 may pass next time: a finish waits for it
     failures.succeeded("Trial t-1")
     assert failures.condition() is None
 
@@ -55,5 +56,6 @@ def test_a_refused_write_backs_off_and_is_surfaced_after_three_failures_in_a_row
 def test_a_refusal_retrying_will_not_cure_is_surfaced_at_once():
     failures = WriteFailures()
     assert failures.failed("Experiment", WriteRefused(422, "Invalid", "status.x: bad"), now=0.0)
+    assert failures.hopeless("Experiment")
     assert failures.condition() == ("Invalid", "Experiment: the API server refused the status write 1 times: "
                                                "422 Invalid: status.x: bad; retrying with backoff")

@@ -50,10 +50,10 @@ class WriteFailures:
             return True
         return False
 
-    def surfaced(self, key: str) -> bool:
-        """Is ``key`` failing in a way already shown on the Experiment?"""
+    def hopeless(self, key: str) -> bool:
+        """Is ``key`` refused in a way retrying will not cure (422 Invalid, 403 Forbidden)?"""
         failing = self._failing.get(key)
-        return failing is not None and failing.surfaced
+        return failing is not None and not failing.error.transient
 
     def succeeded(self, key: str) -> None:
         self._failing.pop(key, None)
