@@ -27,11 +27,24 @@ EXPERIMENT_FILES = sorted(path for path in EXAMPLES_DIR.rglob("*.yaml")
 
 REPO = EXAMPLES_DIR.parent
 DOC_PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-# the Experiments written out whole in README.md and docs/ (```yaml blocks with kind:
+
+
+def is_experiment(block: str) -> bool:
+    """A ```yaml block that is one whole Experiment (not a snippet that names the kind,
+    such as Flux's healthCheckExprs)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(block) if d is not None]
+    except yaml.YAMLError:
+        return "kind: Experiment" in block      # broken YAML: let the apply say why
+    return (len(documents) == 1 and isinstance(documents[0], dict) and documents[0].get("kind") == "Experiment"
+            and str(documents[0].get("apiVersion", "")).startswith("kubetune.dev/"))
+
+
+# the Experiments written out whole in README.md and docs/ (```yaml blocks that are an
 # Experiment), by page: the file a user would copy each into
 DOC_EXPERIMENTS = [(f"{page.relative_to(REPO)}-{n}", block) for page in DOC_PAGES
                    for n, block in enumerate((b for b in re.findall(r"```yaml[^\n]*\n(.*?)```", page.read_text(), re.S)
-                                              if "kind: Experiment" in b), start=1)]
+                                              if is_experiment(b)), start=1)]
 
 
 def test_kubectl_is_the_control_planes_version(kubectl):
