@@ -253,7 +253,8 @@ def test_start_is_idempotent(ray_local, experiment, tmp_path):
 
 def test_an_unreachable_address_is_a_clear_error():
     ray.shutdown()    # later tests' executors connect again on first use
-    with pytest.raises(RayUnavailableError, match="'127.0.0.1:1'.*Connection refused"):
+    # the cause in words (issue 32: what a user reads first names the cause)
+    with pytest.raises(RayUnavailableError, match="'127.0.0.1:1'.*connection refused: nothing listens on port 1"):
         RayExecutor("127.0.0.1:1").connect()
 
 
