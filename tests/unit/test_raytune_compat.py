@@ -97,7 +97,14 @@ def test_a_result_that_says_done_ends_the_trial_as_finished():
     assert batch["state"] == COMPLETED and [m["i"] for m in metrics(batch)] == [0, 1, 2]
 
 
-def test_with_parameters_and_with_resources_wrap_a_function_that_runs_as_is():
+def test_with_parameters_and_with_resources_wrap_a_function_that_runs_as_is(monkeypatch):
+    # Ray Tune's parameter registry keeps the data in the Ray session that was up when it was
+    # flushed; an integration test earlier in the same pytest run may have started and ended
+    # one. Wrap afresh, with no session, as a trial process does at import
+    import ray
+    from ray import tune
+    ray.shutdown()
+    monkeypatch.setattr(trainables, "with_parameters", tune.with_parameters(trainables.with_data, data=[1, 2, 3]))
     for wrapped in (trainables.with_parameters, "raytune_trainables:with_parameters"):
         batch = run(wrapped)
         assert batch["state"] == COMPLETED and metrics(batch)[0]["total"] == 6, batch["error"]
