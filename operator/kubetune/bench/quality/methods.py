@@ -1,13 +1,14 @@
 """Which methods run on which suite: kubetune's pairings and the peers', by name.
 
-A name is ``<side> <what>``: the side is kubetune, optuna, synetune or RS; every method
+A name is ``<side> <what>``: the side is kubetune, optuna, synetune, raytune or RS; every method
 of a suite runs on the same problems, seeds, workers and budget.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from kubetune.bench.quality.peers import OptunaPeer, RandomPeer, SyneTunePeer, syne_tune_available
+from kubetune.bench.quality.peers import (OptunaPeer, RandomPeer, RayTunePeer, SyneTunePeer, ray_tune_available,
+                                          syne_tune_available)
 from kubetune.bench.quality.problems import BB, MF, MO, Problem
 from kubetune.bench.quality.timeline import WORKERS, Trace, run_ask_tell, run_kubetune
 from kubetune.core.samplers import missing_packages
@@ -47,6 +48,9 @@ def methods(suite: str, quick: bool) -> dict[str, Runner]:
     if suite == MF and not quick and syne_tune_available():
         for method in ("asha", "bohb"):
             table[f"synetune {method}"] = lambda p, s, m=method: run_ask_tell(p, SyneTunePeer(p, m, s))
+    if suite == MF and not quick and ray_tune_available():
+        for algorithm in ("random", "tpe"):
+            table[f"raytune asha+{algorithm}"] = lambda p, s, a=algorithm: run_ask_tell(p, RayTunePeer(p, a, s))
     table[RS] = lambda p, s: run_ask_tell(p, RandomPeer(p, s))
     table[RS2] = lambda p, s: run_ask_tell(p, RandomPeer(p, s), workers=2 * WORKERS)
     return table

@@ -8,6 +8,11 @@
   driven through their scheduler API (suggest / on_trial_result / on_trial_complete) by
   the same event loop as everyone else: what Syne Tune's simulator backend does, on the
   same clock.
+- ``RayTunePeer``: Ray Tune's ``ASHAScheduler`` with ``OptunaSearch`` (TPE, or random),
+  each with Ray's defaults as a Ray Tune user gets them, driven through their own
+  callbacks (``suggest`` / ``on_trial_result`` / ``on_trial_complete``) on the same clock.
+  Ray Tune has no simulated-time backend; running its ``Tuner`` for real would take the
+  budget in wall-clock seconds, so this drives the two objects its controller drives.
 - ``RandomPeer``: random search, every trial to the highest fidelity. RS x2 is the same
   with twice the workers: twice the budget at every point in time.
 """
@@ -127,6 +132,74 @@ class SyneTunePeer:
     def finish(self, trial, metrics, stopped) -> None:
         if not stopped:
             self.scheduler.on_trial_complete(trial, self._result(self.problem.max_iterations, metrics))
+
+
+class RayTunePeer:
+    """Ray Tune's ASHA (``AsyncHyperBandScheduler``) with ``OptunaSearch``. The scheduler
+    keys its state by ``trial.trial_id`` only, so a handle with that attribute stands in
+    for Ray's ``Trial``; it draws its bracket with numpy's global RNG, seeded here."""
+
+    def __init__(self, problem: Problem, algorithm: str, seed: int) -> None:
+        import numpy as np
+        from ray import tune
+        from ray.tune.schedulers import ASHAScheduler
+        from ray.tune.search.optuna import OptunaSearch
+
+        np.random.seed(seed)
+        mode = "min" if problem.minimize else "max"
+        self.problem = problem
+        self.scheduler = ASHAScheduler(time_attr="epoch", metric=problem.objective, mode=mode,
+                                       max_t=problem.max_iterations, grace_period=problem.grace_period,
+                                       reduction_factor=3)
+        sampler = (optuna.samplers.TPESampler(seed=seed) if algorithm == "tpe"
+                   else optuna.samplers.RandomSampler(seed=seed))
+        self.search = OptunaSearch(space=OptunaSearch.convert_search_space(_tune_space(problem, tune)),
+                                   metric=problem.objective, mode=mode,
+                                   sampler=sampler)
+        self.next_id = 0
+
+    def ask(self):
+        from types import SimpleNamespace
+
+        trial = SimpleNamespace(trial_id=f"t{self.next_id}")
+        self.next_id += 1
+        config = self.search.suggest(trial.trial_id)
+        if config is None:
+            return None
+        self.scheduler.on_trial_add(None, trial)
+        return trial, config
+
+    def _result(self, iteration: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        return {self.problem.objective: metrics[self.problem.objective], "epoch": iteration,
+                "training_iteration": iteration}
+
+    def report(self, trial, iteration, metrics) -> bool:
+        result = self._result(iteration, metrics)
+        self.search.on_trial_result(trial.trial_id, result)
+        return self.scheduler.on_trial_result(None, trial, result) == "CONTINUE"
+
+    def finish(self, trial, metrics, stopped) -> None:
+        result = self._result(self.problem.max_iterations, metrics)
+        self.scheduler.on_trial_complete(None, trial, result)
+        self.search.on_trial_complete(trial.trial_id, result)   # Ray Tune tells it stopped trials too
+
+
+def _tune_space(problem: Problem, tune: Any) -> dict[str, Any]:
+    space: dict[str, Any] = {}
+    for name, dist in problem.space.items():
+        (kind, args), = dist.items()
+        space[name] = {"uniform": lambda a: tune.uniform(*a), "loguniform": lambda a: tune.loguniform(*a),
+                       "randint": lambda a: tune.randint(a[0], a[1]),
+                       "choice": lambda a: tune.choice(list(a))}[kind](args)
+    return space
+
+
+def ray_tune_available() -> bool:
+    try:
+        import ray.tune.search.optuna  # noqa: F401
+    except Exception:   # not installed, or a dependency of it is not
+        return False
+    return True
 
 
 def syne_tune_available() -> bool:
