@@ -278,22 +278,8 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     finished = summary.finished
     phase, reason, message, conditions = _phase(summary, counts, f"{done}/{total} done", conditions, previous,
                                                 extra_conditions, blocked, suspended, now, generation)
-    if finished is None and blocked is None:
-        # the run goes on (maxTrials raised, a fixed spec, a permission granted): conditions describe this
-        # generation, so an earlier outcome is withdrawn (kubectl wait must not return)
-        for type_ in ("Succeeded", "Failed"):
-            if any(c["type"] == type_ and c["status"] == "True" for c in conditions):
-                conditions = set_condition(conditions, type_, False, "Resumed", "", now=now, generation=generation)
-    conditions = kstatus_conditions(conditions, phase, reason, message, now=now, generation=generation)
-    queued = counts["queued"] > 0 and finished is None
-    if queued or any(c["type"] == "Queued" for c in conditions):
-        conditions = set_condition(conditions, "Queued", queued, "TrialsQueued" if queued else "NoneQueued",
-                                   summary.queue_reason if queued else "", now=now, generation=generation)
-    for type_, value, reason, text in extra_conditions:
-        conditions = set_condition(conditions, type_, value, reason, text, now=now, generation=generation)
-    if generation is not None:   # each one was judged again for this generation
-        conditions = [{**c, "observedGeneration": generation} for c in conditions]
-
+    conditions = _judged_conditions(conditions, summary, counts, phase, reason, message, extra_conditions,
+                                    going_on=finished is None and blocked is None, now=now, generation=generation)
     status: dict[str, Any] = {
         "phase": phase,
         "message": cap_text(message, MAX_MESSAGE_BYTES),
@@ -324,6 +310,29 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     rest = fit(json_safe(status), max(MAX_EXPERIMENT_STATUS_BYTES - json_size(conditions) - json_size(kept), 2048),
                keep=EXPERIMENT_STATUS_KEPT)
     return {**rest, **kept, "conditions": conditions}
+
+
+def _judged_conditions(conditions: list[dict[str, Any]], summary: ExperimentSummary, counts: Mapping[str, int],
+                       phase: str, reason: str, message: str, extra_conditions: list[tuple[str, bool, str, str]], *,
+                       going_on: bool, now: float, generation: int | None) -> list[dict[str, Any]]:
+    """The Experiment's conditions after this phase: outcome, kstatus, Queued and the
+    caller's ``extra_conditions``, each stamped with ``generation``."""
+    if going_on:
+        # the run goes on (maxTrials raised, a fixed spec, a permission granted): conditions describe this
+        # generation, so an earlier outcome is withdrawn (kubectl wait must not return)
+        for type_ in ("Succeeded", "Failed"):
+            if any(c["type"] == type_ and c["status"] == "True" for c in conditions):
+                conditions = set_condition(conditions, type_, False, "Resumed", "", now=now, generation=generation)
+    conditions = kstatus_conditions(conditions, phase, reason, message, now=now, generation=generation)
+    queued = counts["queued"] > 0 and summary.finished is None
+    if queued or any(c["type"] == "Queued" for c in conditions):
+        conditions = set_condition(conditions, "Queued", queued, "TrialsQueued" if queued else "NoneQueued",
+                                   summary.queue_reason if queued else "", now=now, generation=generation)
+    for type_, value, why, text in extra_conditions:
+        conditions = set_condition(conditions, type_, value, why, text, now=now, generation=generation)
+    if generation is not None:   # each one was judged again for this generation
+        conditions = [{**c, "observedGeneration": generation} for c in conditions]
+    return conditions
 
 
 def refused_status(previous: Mapping[str, Any], reason: str, message: str, *, now: float,

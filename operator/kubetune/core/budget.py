@@ -1,6 +1,7 @@
-"""GPU- and CPU-hour budgets (``spec.budget.gpuHours`` / ``cpuHours``): when is one used up,
-and which running trial stops.  The runner asks these at its few decision points
-(runner.py: step, on_trial_result, _check_finished, _reopen_if_allowed).
+"""An Experiment's time budgets: ``spec.budget.maxDuration`` and the GPU- and CPU-hour
+budgets (``gpuHours`` / ``cpuHours``): when is one used up, and which running trial stops.
+The runner asks these at its few decision points (runner.py: step, _check_finished;
+runner_events.py: on_trial_result; runner_restart.py: _reopen_if_allowed).
 
 The budget counts what the trials really used (core/usage.py: the hosts' own start
 and end times), not what a plan expected, so under ASHA and HyperBand a run whose
@@ -20,6 +21,29 @@ from kubetune.core.trial import TrialInfo
 from kubetune.spec.model import ExperimentSpec
 
 BUDGET_EXHAUSTED = "BudgetExhausted"
+MAX_DURATION_REACHED = "MaxDurationReached"
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as people write it: 1h2m5s, 40s, 0s."""
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def reached(spec: ExperimentSpec, trials: Iterable[TrialInfo], *, now: float | None, start_time: float,
+            created: int, running: int) -> tuple[str, str] | None:
+    """The budget that ends the Experiment now, as (reason, what happened), or None:
+    maxDuration (at once), else used-up hours once no trial runs any more (a running one
+    stops at its next report or rung: ``stops_now``)."""
+    max_s = spec.budget.max_duration_s
+    if max_s is not None and now is not None and now - start_time >= max_s:
+        return MAX_DURATION_REACHED, f"maxDuration {duration(max_s)} reached after {created} trials"
+    spent = exhausted(spec, trials)
+    if spent and not running:
+        return BUDGET_EXHAUSTED, spent
+    return None
 
 
 def limited(spec: ExperimentSpec) -> bool:

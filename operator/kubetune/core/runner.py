@@ -39,13 +39,6 @@ RUNNING, PAUSED, PENDING, QUEUED = TrialPhase.RUNNING, TrialPhase.PAUSED, TrialP
 SUCCEEDED, FAILED, STOPPED = TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
-
-
 class TrialRunner(TrialEvents, SpecAndRestart):
     def __init__(self, spec: ExperimentSpec, *, experiment: str, start_time: float,
                  ledger: ResourceLedger | None = None, owner: str | None = None,
@@ -306,8 +299,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             if trial.attempt_start is None:      # restored from a Trial that did not record it
                 trial.attempt_start = now
             if now - trial.attempt_start >= timeout:
-                message = (f"attempt {trial.attempt} ran for {_duration(now - trial.attempt_start)}, "
-                           f"longer than spec.trial.timeout {_duration(timeout)}; not retried")
+                message = (f"attempt {trial.attempt} ran for {budgets.duration(now - trial.attempt_start)}, "
+                           f"longer than spec.trial.timeout {budgets.duration(timeout)}; not retried")
                 trial.failure_log.append({"attempt": trial.attempt, "reason": "TimedOut",
                                           "message": message, "time": now})
                 decisions += self._end(trial, FAILED, "TimedOut", message, now)
@@ -321,8 +314,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         for trial in [t for t in self._active.values() if t.phase is QUEUED]:
             if trial.queued_since is not None and now - trial.queued_since >= timeout:
                 decisions += self._end(trial, FAILED, "QueueTimeout",
-                                       f"queued for {_duration(now - trial.queued_since)} "
-                                       f"(queueTimeout {_duration(timeout)}): {trial.message}", now)
+                                       f"queued for {budgets.duration(now - trial.queued_since)} "
+                                       f"(queueTimeout {budgets.duration(timeout)}): {trial.message}", now)
         return decisions
 
     # ------------------------------------------------------------------ finishing
@@ -354,20 +347,18 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if systematic:   # the rest would fail the same way: stop spending the budget
             return self._finish(now, "Failed", "SystematicFailure", self._with_failures(
                 f"stopped after {self._created} trials: {systematic}"))
-        budget = self.spec.budget
-        if budget.max_duration_s is not None and now is not None and now - self.start_time >= budget.max_duration_s:
-            return self._finish(now, self._outcome(), "MaxDurationReached",
-                                self._with_failures(f"maxDuration {_duration(budget.max_duration_s)} reached after "
-                                                    f"{self._created} trials; {self._best_text()}"))
-        if budget.max_failed_trials is not None and self._failed > budget.max_failed_trials:
+        limit = budgets.reached(self.spec, self._trials.values(), now=now, start_time=self.start_time,
+                                created=self._created, running=self._counts[RUNNING])
+        max_failed = self.spec.budget.max_failed_trials
+        # maxDuration first, then maxFailedTrials, then used-up hours
+        if max_failed is not None and self._failed > max_failed and (not limit or limit[0] == budgets.BUDGET_EXHAUSTED):
             name, error = self._last_error
             return self._finish(now, "Failed", "MaxFailedTrialsReached",
-                                f"{self._failed} trials failed (maxFailedTrials is {budget.max_failed_trials}); "
+                                f"{self._failed} trials failed (maxFailedTrials is {max_failed}); "
                                 f"last error: {name}: {error}; {self._failures.most_often()}")
-        spent = budgets.exhausted(self.spec, self._trials.values())
-        if spent and not self._counts[RUNNING]:
-            return self._finish(now, self._outcome(), budgets.BUDGET_EXHAUSTED,
-                                self._with_failures(f"{spent}; {self._best_text()}"))
+        if limit:
+            reason, what = limit
+            return self._finish(now, self._outcome(), reason, self._with_failures(f"{what}; {self._best_text()}"))
         if self._active:
             return []
         if self._created >= self.max_trials:
