@@ -36,7 +36,7 @@ def plants_pickle(config: dict) -> None:
     planted = Planted(config["marker"])
     kubetune.report({"loss": 1.0})
     if config.get("how") == "return":
-        from kubetune.executors.ray.host import RayTrialHost
+        from kubetune.executors.ray.answers import RayTrialHost
 
         def fetch(self, answer_to, *args, _planted=planted, **kwargs):
             return {"results": [], "state": "running", "planted": _planted}

@@ -9,4 +9,4 @@ sequence number, stop, pause, cluster capacity, logs, ``is_unavailable``).
 
 May import: core/, spec/, k8s/, trainable/ (the code a Ray actor runs).  A platform's
 own exceptions and client libraries stay inside its package; nothing here imports
-controller/.  Kept free of imports so a Ray worker loading ``ray.host`` stays light."""
+controller/.  Kept free of imports so a Ray worker loading ``ray.answers`` (its actor class) stays light."""

@@ -2,7 +2,7 @@
 (actor names, creating actors, the idle pool), ``results`` (batched fetch rounds),
 ``discovery`` (re-attaching after a restart), ``liveness`` (the GCS watch),
 ``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable") and
-``host`` (the actor class a worker runs).
+``answers`` (the actor class a worker runs, and reading its JSON answers).
 
 May import: ray, executors.base, core/, trainable/.  Imports nothing itself: a Ray
-worker imports ``host`` alone, without the core (Optuna, NumPy; see host.py)."""
+worker imports ``answers`` alone, without the core (Optuna, NumPy; see answers.py)."""

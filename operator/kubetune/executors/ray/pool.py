@@ -31,7 +31,7 @@ from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.spec.model import TrialResources
 from kubetune.spec.trial_key import TrialKey
 # the actor class lives in a light module: every worker process imports it on start
-from kubetune.executors.ray.host import HostActor as _HostActor
+from kubetune.executors.ray.answers import HostActor as _HostActor
 
 ACTOR_PREFIX = "kubetune/"
 WORKER_MARK = "#w-"        # never part of a Kubernetes name, so never a trial's
