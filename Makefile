@@ -35,6 +35,7 @@ docs: $(STAMP)
 
 bench: $(STAMP) bench-quality
 	$(BIN)/python -m kubetune.bench
+	$(BIN)/python -m kubetune.bench.scale --out bench-results
 
 # Search quality against Optuna, Syne Tune and random search on offline benchmarks (issue 28),
 # 30 seeds: in a venv of its own, since mf-prior-bench pins numpy<2. About an hour on 2 cores.

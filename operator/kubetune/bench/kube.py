@@ -111,17 +111,38 @@ class RayHead:
 
 
 class Operator:
-    """``kubetune operator`` for one namespace, as a subprocess."""
+    """``kubetune operator`` as a subprocess: for one namespace, or for all of them
+    (``namespace=None``).  ``kill`` (SIGKILL, as an OOM kill) and ``start`` again."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, ray_address: str, workdir: Path,
+    def __init__(self, kubeconfig: Path, namespace: str | None, ray_address: str, workdir: Path,
                  env: dict[str, str]) -> None:
-        self.log_path = workdir / f"operator-{namespace}.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kubetune", "operator", "--namespace", namespace, "--ray-address", ray_address,
-             "--checkpoint-storage", str(workdir / "checkpoints"), "--log-level", "WARNING",
-             "--results-url", f"sqlite:///{workdir / f'results-{namespace}.db'}"],
-            env={**env, "KUBECONFIG": str(kubeconfig)}, stdout=open(self.log_path, "w"),
-            stderr=subprocess.STDOUT)
+        self.label = namespace or "all"
+        self.workdir = workdir
+        self.results_url = f"sqlite:///{workdir / f'results-{self.label}.db'}"
+        self.argv = [sys.executable, "-m", "kubetune", "operator",
+                     *(["--namespace", namespace] if namespace else []), "--ray-address", ray_address,
+                     "--checkpoint-storage", str(workdir / "checkpoints"), "--log-level", "WARNING",
+                     "--results-url", self.results_url]
+        self.env = {**env, "KUBECONFIG": str(kubeconfig)}
+        self.starts = 0
+        self.start()
+
+    @property
+    def log_path(self) -> Path:
+        suffix = f"-{self.starts}" if self.starts > 1 else ""
+        return self.workdir / f"operator-{self.label}{suffix}.log"
+
+    def start(self) -> "Operator":
+        self.starts += 1
+        self.process = subprocess.Popen(self.argv, env=self.env, stdout=open(self.log_path, "w"),
+                                        stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
 
     def peak_kib(self) -> int | None:
         """VmHWM: the most resident memory the operator process ever had."""
@@ -187,11 +208,15 @@ class KubeBench:
         import kubernetes
         return kubernetes.client.CoreV1Api(self._api)
 
-    def write_counts(self) -> dict[str, float]:
+    def metrics_text(self) -> str:
+        """The apiserver's ``/metrics``."""
         method, url, headers, body, _ = self._api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
         response = self._api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
         response.read()
-        return parse_write_counts(response.data.decode())
+        return response.data.decode()
+
+    def write_counts(self) -> dict[str, float]:
+        return parse_write_counts(self.metrics_text())
 
     def _settled_write_counts(self, quiet_s: float = 2.0, timeout_s: float = 30.0) -> dict[str, float]:
         """Counts once no write happened for ``quiet_s`` (the operator's last flush and

@@ -1,0 +1,228 @@
+"""One scale run: control plane, a Ray head with fractional-CPU trials, the operator
+(cluster-wide) as a subprocess; apply every shape at once, SIGKILL the operator when
+half of all trials finished and start it again at once, wait until every Experiment
+finished, then measure and verify.  Returns every figure as one dict (report.py)."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from kubetune.bench import report as bench_report
+from kubetune.bench.kube import KubeBench, Operator, RayHead
+from kubetune.bench.scale import apimetrics, checks, fairness, shapes
+from kubetune.bench.scale.observe import FINAL_EXPERIMENT_PHASES, Observer
+from kubetune.bench.scale.procstat import ProcessWatch
+
+Log = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    shapes: tuple[str, ...] = ("many", "big")
+    experiments: int = 200
+    namespaces: int = 20
+    trials: int = 10
+    reports: int = 3
+    parallelism: int = 2
+    big_trials: int = 10_000
+    big_parallelism: int = 32
+    cpu: float = 0.05
+    ray_cpus: int = 2
+    restart: bool = True
+    timeout_s: float = 3600.0
+
+    def planned(self) -> list[shapes.Planned]:
+        planned = []
+        if "many" in self.shapes:
+            planned += shapes.many(experiments=self.experiments, namespaces=self.namespaces, trials=self.trials,
+                                   reports=self.reports, parallelism=self.parallelism, cpu=self.cpu)
+        if "big" in self.shapes:
+            planned.append(shapes.big(trials=self.big_trials, parallelism=self.big_parallelism, cpu=self.cpu))
+        return planned
+
+
+class ScaleRun:
+    def __init__(self, settings: Settings, log: Log = print) -> None:
+        self.settings = settings
+        self.log = log
+        self.planned = settings.planned()
+        self.total_trials = sum(p.trials for p in self.planned)
+
+    def run(self) -> dict[str, Any]:
+        figures: dict[str, Any] = {"settings": dataclasses.asdict(self.settings),
+                                   "machine": bench_report.machine_info()}
+        figures["machine"]["git_commit"], figures["machine"]["git_dirty"] = bench_report.git_state()
+        with KubeBench(log=self.log) as bench:
+            head = RayHead(self.settings.ray_cpus, bench.env).start()
+            try:
+                figures.update(self._run(bench, head))
+            finally:
+                head.stop()
+        figures["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+        return figures
+
+    def _run(self, bench: KubeBench, head: RayHead) -> dict[str, Any]:
+        runs_dir = tempfile.mkdtemp(prefix="runs-", dir=bench.workdir)
+        operator = Operator(bench.plane.kubeconfig, None, head.address, bench.workdir, bench.env)
+        watches = [ProcessWatch(operator.process.pid).start()]
+        observer = Observer(bench._api, log=self.log).start()
+        before = apimetrics.parse(bench.metrics_text())
+        out: dict[str, Any] = {}
+        try:
+            began = time.time()
+            observer.apply(self.planned, runs_dir)
+            self.log(f"applied {len(self.planned)} Experiments ({self.total_trials} trials) "
+                     f"in {time.time() - began:.1f} s")
+            restart = self._wait(observer, operator, watches, began)
+            ended = time.time()
+            after = self._settled(bench)
+            out["operator"] = self._operator_figures(watches)
+        finally:
+            observer.stop()
+            operator.stop()
+        own = {k: float(v) for k, v in observer.own_requests.items()}
+        used = apimetrics.delta(before, after)
+        out["api"] = {"requests_operator": apimetrics.minus_own(used.requests, own),
+                      "requests_by_verb": apimetrics.by_verb(apimetrics.minus_own(used.requests, own)),
+                      "requests_benchmark": own, "latency": apimetrics.latency(used),
+                      "storage_bytes_metric": used.storage_bytes,
+                      "etcd_db_bytes": _file_size(bench.plane.state_dir / "etcd" / "member" / "snap" / "db")}
+        out["timeline"] = self._timeline(observer, began, ended, restart)
+        verdict = checks.verify(observer.custom, self.planned, runs_dir=runs_dir, results_url=operator.results_url)
+        out["verdict"] = checks.summary(verdict)
+        out["objects"] = {"experiment_bytes_max": verdict.experiment_bytes_max,
+                          "trial_bytes_max": verdict.trial_bytes_max,
+                          "trial_bytes_mean": round(verdict.trial_bytes_mean, 1)}
+        applied = {k: observer.experiments[k].applied for k in (p.key for p in self.planned)
+                   if observer.experiments[k].applied is not None}
+        runs = fairness.runs_of(self.planned, verdict.trials_by_key, applied)
+        out["fairness"] = fairness.summarize(runs, fairness.shares(runs))
+        starved = fairness.starvation(runs)
+        out["fairness"]["starvation_max_completions"] = max(starved.values(), default=0)
+        out["fairness"]["starvation_worst"] = max(starved, key=starved.get) if starved else None
+        if "big" in self.settings.shapes:
+            out["kubectl_get_trials_big_s"] = self._kubectl_get(bench, shapes.big(
+                trials=0, parallelism=1, cpu=0).namespace)
+        if verdict.problems:
+            self.log(f"{len(verdict.problems)} problems, the first: {verdict.problems[:5]}")
+            self.log(operator.log_tail())
+        return out
+
+    # ------------------------------------------------------------ while it runs
+
+    def _wait(self, observer: Observer, operator: Operator, watches: list[ProcessWatch],
+              began: float) -> dict[str, Any] | None:
+        keys = [p.key for p in self.planned]
+        deadline = time.monotonic() + self.settings.timeout_s
+        restart: dict[str, Any] | None = None
+        last_note = 0.0
+        while observer.finished(keys) < len(keys):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not finished after {self.settings.timeout_s:.0f} s: "
+                                   f"{observer.finished(keys)}/{len(keys)} Experiments; operator log:\n"
+                                   f"{operator.log_tail()}")
+            if not operator.alive():
+                raise RuntimeError(f"the operator exited with {operator.process.returncode}:\n{operator.log_tail()}")
+            done = observer.finished_trials
+            if self.settings.restart and restart is None and done >= self.total_trials / 2:
+                restart = self._kill_and_restart(operator, watches, done)
+            if time.time() - last_note > 30:
+                last_note = time.time()
+                self.log(f"{time.time() - began:6.0f} s: {done}/{self.total_trials} trials finished, "
+                         f"{observer.finished(keys)}/{len(keys)} Experiments")
+            time.sleep(0.5)
+        return restart
+
+    def _kill_and_restart(self, operator: Operator, watches: list[ProcessWatch], done: int) -> dict[str, Any]:
+        watches[-1].stop()
+        killed = time.time()
+        operator.kill()
+        operator.start()
+        watches.append(ProcessWatch(operator.process.pid).start())
+        self.log(f"SIGKILLed the operator at {done}/{self.total_trials} trials finished; restarted")
+        return {"killed": killed, "restarted": time.time(), "trials_finished_at_kill": done}
+
+    def _settled(self, bench: KubeBench, quiet_s: float = 3.0, timeout_s: float = 60.0) -> apimetrics.Snapshot:
+        """The apiserver's metrics once the operator's last writes are done."""
+        snap = apimetrics.parse(bench.metrics_text())
+        since, deadline = time.monotonic(), time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            now = apimetrics.parse(bench.metrics_text())
+            if now.requests != snap.requests:
+                snap, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                break
+        return snap
+
+    # ------------------------------------------------------------ figures
+
+    def _operator_figures(self, watches: list[ProcessWatch]) -> dict[str, Any]:
+        from kubetune.bench.scale.procstat import descendants, rss_bytes
+        end_rss = rss_bytes(descendants(watches[-1].pid)) / 2 ** 20
+        each = [w.stop() for w in watches]
+        return {"peak_rss_mib": max(f["peak_rss_mib"] for f in each), "cpu_s": sum(f["cpu_s"] for f in each),
+                "rss_at_end_mib": end_rss, "processes": each}
+
+    def _timeline(self, observer: Observer, began: float, ended: float,
+                  restart: dict[str, Any] | None) -> dict[str, Any]:
+        timeline: dict[str, Any] = {"wall_s": ended - began, "trials": self.total_trials,
+                                    "trials_per_s": self.total_trials / (ended - began)}
+        for shape in ("many", "big"):
+            members = [p for p in self.planned if p.shape == shape]
+            if not members:
+                continue
+            seen = [observer.experiments[p.key] for p in members]
+            finished = [min((t for ph, t in s.phases.items() if ph in FINAL_EXPERIMENT_PHASES), default=ended)
+                        for s in seen]
+            first_applied = min(s.applied for s in seen)
+            wall = max(finished) - first_applied
+            trials = sum(p.trials for p in members)
+            to_first = [s.first_trial - s.applied for s in seen if s.first_trial is not None]
+            to_started = [s.first_started - s.applied for s in seen if s.first_started is not None]
+            timeline[shape] = {
+                "experiments": len(members), "trials": trials, "wall_s": wall, "trials_per_s": trials / wall,
+                "apply_to_first_trial_s": _spread(to_first),
+                "apply_to_first_trial_started_s": _spread(to_started)}
+        if restart:
+            keys = [p.key for p in self.planned]
+            progress = observer.first_progress_after(restart["restarted"], keys)
+            waits = [t - restart["restarted"] for t in progress.values() if t is not None]
+            restart.update(experiments_unfinished=len(progress),
+                           never_progressed=sum(1 for t in progress.values() if t is None),
+                           restart_to_all_progressing_s=max(waits) if waits and len(waits) == len(progress) else None,
+                           restart_to_progress_p50_s=bench_report.percentile(waits, 0.5))
+            timeline["restart"] = restart
+        return timeline
+
+    def _kubectl_get(self, bench: KubeBench, namespace: str) -> float | None:
+        """``kubectl get trials`` of the big Experiment (kubectl pages by 500)."""
+        from kubetune.devcluster.build import kubectl
+        binary = kubectl(log=self.log)
+        started = time.monotonic()
+        done = subprocess.run([str(binary), "--kubeconfig", str(bench.plane.kubeconfig), "get", "trials",
+                               "-n", namespace, "--no-headers"], capture_output=True, text=True, timeout=300)
+        took = time.monotonic() - started
+        if done.returncode != 0:
+            self.log(f"kubectl get trials: {done.stderr.strip()}")
+            return None
+        self.log(f"kubectl get trials -n {namespace}: {len(done.stdout.splitlines())} rows in {took:.2f} s")
+        return took
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": bench_report.percentile(values, 0.5), "p95": bench_report.percentile(values, 0.95),
+            "max": max(values) if values else None, "n": len(values)}
+
+
+def _file_size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
