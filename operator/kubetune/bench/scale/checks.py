@@ -126,29 +126,40 @@ def _check_experiment(verdict: Verdict, p: Planned, experiment: dict, trials: li
                 verdict.add(f"{p.key}/{name}: the trial function's runs were {mine}, not one run to its end")
 
 
-def _check_store(verdict: Verdict, planned: list[Planned], results_url: str) -> None:
+def store_problems(planned: Iterable[Planned], results_url: str) -> tuple[list[str], int]:
+    """What the operator's results store lacks: every trial's results, seq 0..reports-1
+    (the store keys results by trial and seq, so a duplicate cannot show here: the
+    Trials' lastResultSeq and the run ledger catch those).  Returns (problems, rows)."""
     from kubetune.results.store import open_store
+    problems: list[str] = []
+    rows = 0
     store = open_store(results_url, create=False, read_only=True)
-    verdict.stored_results = 0
     try:
         for p in planned:
             row = store.experiment(p.namespace, p.name)
             if row is None:
-                verdict.add(f"{p.key}: not in the results store")
+                problems.append(f"{p.key}: not in the results store")
                 continue
             stored: dict[str, list[int]] = collections.defaultdict(list)
             for result in store.results(row.uid):
                 stored[result.trial_uid].append(result.seq)
             trials = store.trials(row.uid)
-            verdict.stored_results += sum(len(seqs) for seqs in stored.values())
+            rows += sum(len(seqs) for seqs in stored.values())
             if len(trials) != p.trials:
-                verdict.add(f"{p.key}: {len(trials)} trials in the results store, {p.trials} ran")
+                problems.append(f"{p.key}: {len(trials)} trials in the results store, {p.trials} ran")
             for trial in trials:
                 if sorted(stored.get(trial.uid, [])) != list(range(p.reports)):
-                    verdict.add(f"{p.key}/{trial.name}: stored results seq {sorted(stored.get(trial.uid, []))}, "
-                                f"expected 0..{p.reports - 1}")
+                    problems.append(f"{p.key}/{trial.name}: stored results seq {sorted(stored.get(trial.uid, []))}, "
+                                    f"expected 0..{p.reports - 1}")
     finally:
         store.close()
+    return problems, rows
+
+
+def _check_store(verdict: Verdict, planned: list[Planned], results_url: str) -> None:
+    problems, verdict.stored_results = store_problems(planned, results_url)
+    for problem in problems:
+        verdict.add(problem)
 
 
 def summary(verdict: Verdict) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class ExperimentSeen:
     phases: dict[str, float] = field(default_factory=dict)
     first_trial: float | None = None       # a Trial of it was first seen
     first_started: float | None = None     # a Trial of it was first seen past Pending/Queued
+    finished_trials: int = 0               # its Trials seen in a final phase
     progress: list[float] = field(default_factory=list)   # a Trial appeared or changed phase
 
 
@@ -72,7 +73,6 @@ class Observer:
         self.trials: dict[str, TrialSeen] = {}
         self.experiments: dict[str, ExperimentSeen] = collections.defaultdict(ExperimentSeen)
         self.own_requests: collections.Counter[str] = collections.Counter()   # "<resource> <VERB>"
-        self.finished_trials = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -187,12 +187,17 @@ class Observer:
                 seen.phases[phase] = now
                 experiment.progress.append(now)
                 if phase in FINAL_TRIAL_PHASES and seen.phase not in FINAL_TRIAL_PHASES:
-                    self.finished_trials += 1
+                    experiment.finished_trials += 1
             if phase not in NOT_STARTED and experiment.first_started is None:
                 experiment.first_started = now
             seen.phase = phase
 
     # ------------------------------------------------------------ questions
+
+    def trials_finished(self, keys: Iterable[str]) -> int:
+        """Trials of these Experiments seen in a final phase."""
+        with self.lock:
+            return sum(self.experiments[key].finished_trials for key in keys)
 
     def finished(self, keys: Iterable[str]) -> int:
         with self.lock:
