@@ -93,3 +93,11 @@ def test_many_spreads_experiments_over_namespaces_and_bodies_ask_what_was_planne
     assert body["spec"]["trial"]["resources"] == {"cpu": 0.05}
     assert body["spec"]["trial"]["config"] == {"reports": 2, "runs_dir": "/tmp/runs"}
     assert not math.isnan(planned[0].cpu)
+
+
+def test_fair_shares_are_split_between_namespaces_first():
+    demands = {"a/1": 2, "a/2": 2, "a/3": 2, "b/big": 32}
+    groups = {k: k.split("/")[0] for k in demands}
+    split = fairness.fair_split(12, demands, groups)
+    assert split == {"a/1": 2, "a/2": 2, "a/3": 2, "b/big": 6}
+    assert fairness.fair_split(4, demands, groups) == {"a/1": 2 / 3, "a/2": 2 / 3, "a/3": 2 / 3, "b/big": 2}

@@ -2,9 +2,9 @@
 
 An Experiment *has work waiting* from its apply until its last trial starts.  While
 it does it asks for ``parallelism`` slots; otherwise for the trials it still runs.
-At every moment the slots in use are split max-min fairly among those demands
-(water-filling: nobody gets more than it asks, the rest is shared equally); that is
-the Experiment's *fair share*.  Its *share* is the trial-seconds it ran over the
+At every moment the slots in use are split max-min fairly (water-filling: nobody
+gets more than it asks, the rest is shared equally) first between namespaces, then
+between the Experiments of each namespace; that is the Experiment's *fair share*.  Its *share* is the trial-seconds it ran over the
 window when it had work waiting, divided by the fair share's trial-seconds over the
 same window: 1.0 is fair, 0.0 is starved.  A namespace's share is the sum over its
 Experiments (so with equal Experiments per namespace, namespaces are compared too).
@@ -70,6 +70,20 @@ def water_fill(capacity: float, demands: Mapping[str, float]) -> dict[str, float
     return shares
 
 
+def fair_split(capacity: float, demands: Mapping[str, float], groups: Mapping[str, str]) -> dict[str, float]:
+    """Max-min fair between namespaces (each asking what its Experiments ask), then
+    between the Experiments of each namespace: the operator's policy with equal
+    weights (docs/explanation/fair-sharing.md)."""
+    asked: dict[str, float] = {}
+    for key, demand in demands.items():
+        asked[groups[key]] = asked.get(groups[key], 0.0) + demand
+    per_group = water_fill(capacity, asked)
+    shares: dict[str, float] = {}
+    for group, amount in per_group.items():
+        shares.update(water_fill(amount, {k: d for k, d in demands.items() if groups[k] == group}))
+    return shares
+
+
 @dataclass
 class Shares:
     run_s: dict[str, float] = field(default_factory=dict)      # trial-seconds run while it had work waiting
@@ -102,7 +116,7 @@ def shares(experiments: Sequence[Runs]) -> Shares:
         if span > 0 and busy:
             waiting = {k for k in busy if by_key[k].applied <= previous < by_key[k].waiting_until}
             demands = {k: float(by_key[k].parallelism if k in waiting else running[k]) for k in busy}
-            fair = water_fill(float(sum(running.values())), demands)
+            fair = fair_split(float(sum(running.values())), demands, {k: by_key[k].group for k in busy})
             for k in busy:
                 result.total_run_s[k] += running[k] * span
                 if k in waiting:
