@@ -1,5 +1,6 @@
 """``kubetune run FILE``: the same Experiment file and the same controller loop, on
-embedded Ray, with an in-memory store instead of Kubernetes.  Every result goes to
+embedded Ray (or, with ``--platform local``, as processes of this host: executors/local),
+with an in-memory store instead of Kubernetes.  Every result goes to
 the results store (a local SQLite file unless --results-url says otherwise), where
 ``kubetune results`` reads it."""
 from __future__ import annotations
@@ -26,6 +27,9 @@ from kubetune.results.writer import ResultsWriter
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="an Experiment manifest (YAML)")
     parser.add_argument("--ray-address", default="local", help="local (default), auto, or ray://host:10001")
+    parser.add_argument("--platform", choices=["ray", "local"], default="ray",
+                        help="where trials run: ray (default: the Ray cluster of --ray-address) or local "
+                             "(each trial a process of this host, at most one per CPU; no Ray, no GPU)")
     parser.add_argument("--output", "-o", choices=["table", "json"], default="table",
                         help="table: live progress; json: one machine-readable summary at the end")
     parser.add_argument("--checkpoint-storage", default="", help="where checkpoints go (default: ~/.cache/kubetune)")
@@ -63,19 +67,15 @@ def _sorted_keys(value: Any) -> Any:
 
 async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_storage: str,
                          show: bool, on_cycle: Callable[[ExperimentController], None] | None = None,
-                         results_url: str | None = None,
+                         results_url: str | None = None, platform: str = "ray",
                          ) -> tuple[ExperimentController, MemoryStore]:
     """Run ``body`` to the end; ``on_cycle`` (benchmarks) is called after every controller cycle.
-    ``results_url``: the results store (None: the default; "": none, e.g. benchmarks)."""
-    from kubetune.executors.ray.executor import RayExecutor
-    from kubetune.executors.ray.platform import RayPlatforms
-
+    ``results_url``: the results store (None: the default; "": none, e.g. benchmarks).
+    ``platform``: ray, or local (the trials as processes of this host)."""
     events: list[str] = []
     store = MemoryStore(on_event=lambda kind, reason, message: events.append(f"{reason}: {message}"))
-    # one Experiment, one process: its own spec.ray.address, if it names one, is the cluster
-    registry = PlatformRegistry(
-        {"ray": RayPlatforms(((body.get("spec") or {}).get("ray") or {}).get("address") or ray_address, RayExecutor)},
-        refusals={"pod": POD_EXECUTOR_NEEDS_THE_OPERATOR})
+    registry = PlatformRegistry({"ray": _function_platforms(body, platform, ray_address)},
+                                refusals={"pod": POD_EXECUTOR_NEEDS_THE_OPERATOR})
     namespace = body["metadata"].get("namespace", "local")
     last_drawn = [0.0]
 
@@ -107,6 +107,17 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
     return controller, store
 
 
+def _function_platforms(body: dict[str, Any], platform: str, ray_address: str):
+    """The provider of the platform that runs Python-function trials (``executor: ray``)."""
+    if platform == "local":
+        from kubetune.executors.local.platform import LocalPlatforms
+        return LocalPlatforms()
+    from kubetune.executors.ray.executor import RayExecutor
+    from kubetune.executors.ray.platform import RayPlatforms
+    # one Experiment, one process: its own spec.ray.address, if it names one, is the cluster
+    return RayPlatforms(((body.get("spec") or {}).get("ray") or {}).get("address") or ray_address, RayExecutor)
+
+
 def _finished(controller: ExperimentController, store: MemoryStore) -> bool:
     status = store.experiment_status
     if status.get("phase") == "Failed" and controller.runner is None:
@@ -119,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
     body = load_experiment(args.file)
     controller, store = asyncio.run(run_experiment(
         body, ray_address=args.ray_address, checkpoint_storage=args.checkpoint_storage,
-        show=args.output == "table", results_url=args.results_url or None))
+        show=args.output == "table", results_url=args.results_url or None, platform=args.platform))
     status = store.experiment_status
     if args.output == "json":
         trials = [{"name": name, "phase": t["status"].get("phase"), "parameters": t["spec"]["parameters"],

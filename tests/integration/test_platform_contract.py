@@ -1,8 +1,8 @@
 """One contract, every platform (as Optuna runs one suite against every storage): what
 the controller relies on from a ``Platform`` (executors/platform.py), checked against
-the Ray platform (a real local Ray head) and the pod platform (a real API server with
+the Ray platform (a real local Ray head), the pod platform (a real API server with
 the kube-scheduler and kwok's fake nodes; the test plays each trial's container, as
-test_pods.py does).
+test_pods.py does) and the local platform (real processes of this host).
 
 The contract: a launched trial's results arrive once each, in sequence, and its end is
 told; a stopped run is gone; a paused run hands over its latest checkpoint and a
@@ -11,8 +11,8 @@ attempt is retried from its checkpoint; the platform tells a trial's failure fro
 own (``classify``) and reports a run that vanished as MISSING.
 
 A harness per platform makes a trial do what a test needs (``play``): on Ray the
-trial's function does it itself (kubetune.examples.resumable), on pods the test posts
-the results and ends the pod."""
+trial's function does it itself (kubetune.examples.resumable), and so it does as a
+local process; on pods the test posts the results and ends the pod."""
 from __future__ import annotations
 
 import asyncio
@@ -81,6 +81,25 @@ class RayHarness:
         """The run's process dies (a node lost, an OOM kill)."""
         import signal
         os.kill(int(history[-1].metrics["pid"]), signal.SIGKILL)
+
+
+class LocalHarness(RayHarness):
+    """Trials as processes of this host (executors/local); the function plays the script,
+    and a lost run is its process killed from outside."""
+
+    name = "local"
+
+    def __init__(self, storage: Path) -> None:
+        self.storage, self.namespace = storage, "contract"
+
+    async def open(self) -> Platform:
+        from kubetune.executors.local.platform import LocalPlatform
+        platform = LocalPlatform()
+        assert await platform.ensure_connected(), platform.last_error
+        return platform
+
+    async def close(self, platform: Platform, prefix: str) -> None:
+        await platform.end_all(prefix)
 
 
 class PodHarness:
@@ -187,8 +206,11 @@ def checkpoint_storage(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("contract-checkpoints")
 
 
-@pytest.fixture(scope="module", params=["ray", "pod"])
+@pytest.fixture(scope="module", params=["ray", "pod", "local"])
 def harness(request, checkpoint_storage):
+    if request.param == "local":
+        yield LocalHarness(checkpoint_storage)
+        return
     if request.param == "ray":
         yield RayHarness(request.getfixturevalue("ray_local"), checkpoint_storage)
         return

@@ -64,8 +64,8 @@ class ReportError(RuntimeError):
 
 class PodSession:
     def __init__(self, environ: Mapping[str, str], output: TextIO | None = None) -> None:
-        self.url = environ["KUBETUNE_INGEST_URL"].rstrip("/")
-        self.token = environ["KUBETUNE_TRIAL_TOKEN"]
+        self.url = environ.get("KUBETUNE_INGEST_URL", "").rstrip("/")
+        self.token = environ.get("KUBETUNE_TRIAL_TOKEN", "")
         self.trial_key = environ.get("KUBETUNE_TRIAL", "")
         # no KUBETUNE_TRIAL: not in a trial pod (the first report says so)
         namespace, _, trial = TrialKey.parse(self.trial_key) if self.trial_key else ("", "", "")
@@ -183,8 +183,9 @@ _session_lock = threading.Lock()
 def pod_session(environ: Mapping[str, str] = os.environ) -> PodSession | None:
     """The process-wide session of a trial pod, or None when not running in one."""
     global _session
-    if not (environ.get("KUBETUNE_INGEST_URL") and environ.get("KUBETUNE_TRIAL_TOKEN")):
-        return None
+    prints = environ.get("KUBETUNE_METRICS_COLLECTOR") == "stdout" and environ.get("KUBETUNE_TRIAL")
+    if not (prints or (environ.get("KUBETUNE_INGEST_URL") and environ.get("KUBETUNE_TRIAL_TOKEN"))):
+        return None      # a process printing its results (executors/local) needs no endpoint
     with _session_lock:
         if _session is None:
             _session = PodSession(environ)

@@ -13,6 +13,7 @@ pod executor shows as the trial's failure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from kubetune.trainable import api, raytune
@@ -28,7 +29,8 @@ def run(entrypoint: str) -> str:
     session = pod_session()
     if session is None:
         return ("NoTrialError: not in a trial pod: KUBETUNE_INGEST_URL and KUBETUNE_TRIAL_TOKEN "
-                "are set by kubetune's pod executor")
+                "are set by kubetune's pod executor (KUBETUNE_TRIAL with KUBETUNE_METRICS_COLLECTOR=stdout "
+                "by its local one)")
     try:
         raytune.serve_ray_api()
         function = raytune.adapt(resolve_entrypoint(entrypoint))
@@ -54,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if not error:
         return 0
     print(error, file=sys.stderr, flush=True)
-    try:
-        with open(TERMINATION_LOG, "w") as handle:
+    try:   # a trial process on the operator's host (executors/local) names a file of its own
+        with open(os.environ.get("KUBETUNE_TERMINATION_LOG") or TERMINATION_LOG, "w") as handle:
             handle.write(error.split("\n", 1)[0][:4000])
     except OSError:
         pass        # not in a pod (or another path was set): stderr holds it
