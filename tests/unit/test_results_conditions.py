@@ -77,7 +77,6 @@ class Submitted:
 def test_the_store_gets_a_trials_state_from_the_runner_never_from_a_rendered_status():
     import asyncio
 
-    from kubetune.controller import render
     from kubetune.controller.experiment import ExperimentController
     from kubetune.controller.store import MemoryStore
     from kubetune.core.types import CreateTrial, LaunchTrial, Result
@@ -95,8 +94,7 @@ def test_the_store_gets_a_trials_state_from_the_runner_never_from_a_rendered_sta
     [launch] = [d for d in decisions if isinstance(d, LaunchTrial) and d.name == create.name]
 
     async def scenario() -> None:
-        await controller.store.create_trial(render.trial_body(namespace="ns", experiment=body, name=create.name,
-                                                              index=create.index, params=create.params, resources={}))
+        await controller.effects.apply([create])       # the Trial is created: its UID keys its rows
         runner.on_trial_launched(launch.name, 1.0)
         runner.on_trial_result(launch.name, Result(seq=1, iteration=1, metrics={"loss": 0.25}, timestamp=1.0), 1.0)
         # a status patch alone (what any writer sends) gives the store no trial row

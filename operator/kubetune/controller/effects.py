@@ -135,7 +135,9 @@ class EffectQueue:
         body = render.trial_body(namespace=ctx.namespace, experiment=ctx.body(), name=decision.name,
                                  index=decision.index, params=decision.params,
                                  resources=(ctx.body().get("spec", {}).get("trial", {}) or {}).get("resources", {}))
-        await ctx.store.create_trial(body)
+        created = await ctx.store.create_trial(body)
+        if ctx.results is not None:    # its UID and parameters key the Trial's rows in the results store
+            ctx.results.trial(created)
 
     def _request(self, decision: LaunchTrial) -> LaunchRequest:
         ctx, spec = self.ctx, self.ctx.spec

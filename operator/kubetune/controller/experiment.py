@@ -25,7 +25,7 @@ from kubetune.controller.context import ExperimentContext, log
 from kubetune.controller.effects import EffectQueue
 from kubetune.controller.intake import SpecIntake
 from kubetune.controller.result_pump import ResultPump
-from kubetune.controller.results_recorder import RecordingStore, ResultsRecorder
+from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.controller.runs import RunReconciler
 from kubetune.controller.status_writer import StatusWriter
 from kubetune.controller.store import Store
@@ -59,7 +59,7 @@ class ExperimentController:
         self.name = name
         self.ctx = ExperimentContext(
             namespace=namespace, name=name, registry=registry, body=body, clock=clock,
-            store=RecordingStore(store, results) if results is not None else store,
+            store=store,
             default_storage=checkpoint_storage, results=results)
         self.runs = RunReconciler(self.ctx)
         self.checkpoints = CheckpointKeeper(self.ctx)

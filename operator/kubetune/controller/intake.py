@@ -100,7 +100,7 @@ class SpecIntake:
         try:
             runner, trials = await restore.rebuild(
                 spec, experiment=ctx.name, owner=ctx.prefix, start_time=start_time, status=status,
-                generation=body.get("metadata", {}).get("generation"), list_trials=ctx.store.list_trials,
+                generation=body.get("metadata", {}).get("generation"), list_trials=self._list_trials,
                 warm_start=warm, warm_start_notes=notes)
         except SpecError as error:   # e.g. a search algorithm whose package is missing
             await self.status.fail_invalid_spec(str(error), ctx.body().get("metadata", {}).get("generation"))
@@ -123,6 +123,14 @@ class SpecIntake:
             outcomes = runner.summary(now).outcomes
             for _, _, reason, message in warm_start_condition(outcomes, True):
                 await ctx.event("Warning", reason, message)
+
+    async def _list_trials(self) -> list[dict[str, Any]]:
+        """The Experiment's Trials; their UIDs and parameters go to the results store too."""
+        trials = await self.ctx.store.list_trials()
+        if self.ctx.results is not None:
+            for body in trials:
+                self.ctx.results.trial(body)
+        return trials
 
     async def warm_start(self, spec: ExperimentSpec, status: Mapping[str, Any]) -> tuple[list, list[str]]:
         """The succeeded trials of the Experiments ``spec.warmStart`` names, and what was

@@ -5,8 +5,10 @@ Results are keyed by the Trial's UID (not its name, which a re-created Experimen
 reuses), learnt when the Trial is created or listed.  Every row comes from the result
 pump (controller/result_pump.py): results as the runner took them, failures, and a
 trial's state from the runner's view each time its Trial status is written; never from
-parsing a rendered status.  ``RecordingStore`` wraps the controller's Store so that the
-Trial UIDs and parameters (from the API's answers) and the Experiment's phase follow."""
+parsing a rendered status.  The Trial UIDs and parameters (from the API's answers to
+creating and listing Trials) and the Experiment's phase (once its status is written) come
+from the effect queue, the spec intake and the status writer, which hand them here: a
+status write passes through nothing of the results store's."""
 from __future__ import annotations
 
 import dataclasses
@@ -169,41 +171,6 @@ class ResultsRecorder:
                         best=best if best is None or not math.isnan(best) else None,
                         iteration=int(iteration) if isinstance(iteration, int) else row.iteration,
                         attempt=int(status.get("attempt", row.attempt) or 0))
-
-
-class RecordingStore:
-    """The controller's Store, passing metadata to a ResultsRecorder on the way."""
-
-    def __init__(self, inner, recorder: ResultsRecorder) -> None:
-        self.inner = inner
-        self.recorder = recorder
-
-    async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
-        return await self.inner.list_trials_of(experiment)
-
-    async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
-        await self.inner.trial_event(trial, kind, reason, message)
-
-    async def list_trials(self) -> list[dict[str, Any]]:
-        trials = await self.inner.list_trials()
-        for body in trials:
-            self.recorder.trial(body)
-        return trials
-
-    async def create_trial(self, body: dict[str, Any]) -> dict[str, Any]:
-        created = await self.inner.create_trial(body)
-        self.recorder.trial(created)
-        return created
-
-    async def patch_trial_status(self, name: str, status: Mapping[str, Any]) -> None:
-        await self.inner.patch_trial_status(name, status)
-
-    async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
-        await self.inner.patch_experiment_status(status)
-        self.recorder.experiment_status(status)
-
-    async def event(self, kind: str, reason: str, message: str) -> None:
-        await self.inner.event(kind, reason, message)
 
 
 def usage_rows(trial_uid: str, usage: Any) -> list[UsageRow]:

@@ -94,6 +94,14 @@ class StatusWriter:
         self.failures.succeeded(key)
         return True
 
+    async def write_experiment(self, status: Mapping[str, Any]) -> bool:
+        """One Experiment status write; once it is in, its phase goes to the results store."""
+        if not await self.write("Experiment", self.ctx.store.patch_experiment_status(status)):
+            return False
+        if self.ctx.results is not None:
+            self.ctx.results.experiment_status(status)
+        return True
+
     def _was_shown(self, condition: str) -> bool:
         return any(c.get("type") == condition for c in self.written.get("conditions") or [])
 
@@ -170,7 +178,7 @@ class StatusWriter:
             if now - self._finished_at < FINISH_WAITS_FOR_TRIALS_S:
                 return
         patch = merge_patch(self.written, status)
-        if not await self.write("Experiment", ctx.store.patch_experiment_status(patch)):
+        if not await self.write_experiment(patch):
             return
         for kind, reason, message in status_events(self.written, status):
             await ctx.event(kind, reason, message)
@@ -225,6 +233,6 @@ class StatusWriter:
         now = ctx.clock()
         previous = self.written
         status = render.refused_status(previous, reason, message, now=now, generation=generation)
-        if await self.write("Experiment", ctx.store.patch_experiment_status(status)):
+        if await self.write_experiment(status):
             self.written = {**previous, **status}
         await ctx.event("Warning", reason, message)
