@@ -95,6 +95,7 @@ class RayExecutor:
 
     def _reset(self) -> None:
         self._slots: dict[str, Slot] = {}
+        self._starting: dict[str, TrialResources] = {}   # trial key -> shape of the actor being created
         self._pool = WorkerPool(self._lock, address=self.address, namespace=self.namespace,
                                 reuse_actors=self.reuse_actors, idle_ttl_s=self.idle_ttl_s,
                                 orphan_timeout_s=self.orphan_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
@@ -189,16 +190,29 @@ class RayExecutor:
         if worker is not None:
             ack = call(worker.handle.assign, worker.namespace, launch)
         else:
-            worker = self._pool.create(req, shape, launch)
-            ack = call(worker.handle.describe, worker.namespace)
+            with self._lock:   # what our actors hold, those other threads are creating included
+                busy = self._busy()
+                self._starting[req.trial_key] = shape
+            try:
+                worker = self._pool.create(req, shape, launch, busy)
+                ack = call(worker.handle.describe, worker.namespace)
+            except BaseException:
+                with self._lock:
+                    self._starting.pop(req.trial_key, None)
+                raise
         if req.checkpoint and f"/{req.trial_key}/" not in req.checkpoint:
             # Another trial's checkpoint (PBT): the trial copies it as it starts; wait for
             # that, since its owner keeps it only until the operator fetches a newer one.
             ready([ack], self.rpc_timeout_s)
         with self._lock:
             self._slots[req.trial_key] = Slot(worker, req.attempt, ack=ack)
+            self._starting.pop(req.trial_key, None)
         return LaunchInfo(req.trial_key, worker.name, attached=False,
                           placement_group=worker.placement_group)
+
+    def _busy(self) -> list[TrialResources]:
+        """The shapes of our actors that run trials or are being created (under the lock)."""
+        return [slot.worker.shape for slot in self._slots.values() if not is_dead(slot)] + list(self._starting.values())
 
     # ---------------------------------------------------------------- poll
 
@@ -279,9 +293,10 @@ class RayExecutor:
             update, ended = self._stop_slot(key, slot, after_seq, timeout_s, at_checkpoint)
             with self._lock:
                 self._slots.pop(key, None)
+                busy = self._busy()
             worker = slot.worker
             if ended and worker.pool_key:
-                self._pool.give_back(worker)
+                self._pool.give_back(worker, busy)
             else:
                 self._pool.kill(worker)
             return update

@@ -106,11 +106,31 @@ class WorkerPool:
             workers = self._idle.get(pool_key)
             return workers.pop() if workers else None
 
-    def give_back(self, worker: Worker) -> None:
-        """A pooled worker whose trial ended waits for the next one."""
+    def give_back(self, worker: Worker, busy: list[TrialResources] = ()) -> None:
+        """A pooled worker whose trial ended waits for the next one, unless what our
+        actors hold (``busy``: running trials and actors being created) and the idle ones
+        would then exceed the cluster: the ledger may have granted its resources to a
+        trial whose new actor Ray holds back meanwhile, so the oldest idle workers go
+        (this one included, if it is the only one)."""
         worker.idle_since = time.monotonic()
         with self._lock:
             self._idle.setdefault(worker.pool_key, []).append(worker)
+            idle = sorted((w for ws in self._idle.values() for w in ws), key=lambda w: w.idle_since)
+        total = ray.cluster_resources()
+        held = _summed([s.total() for s in busy] + [w.shape.total() for w in idle])
+        for victim in idle:
+            if all(held.get(k, 0.0) <= v + 1e-9 for k, v in total.items()):
+                return
+            with self._lock:
+                workers = self._idle.get(victim.pool_key, [])
+                if victim not in workers:
+                    continue
+                workers.remove(victim)
+                if not workers:
+                    del self._idle[victim.pool_key]
+            self.kill(victim)
+            for k, v in victim.shape.total().items():
+                held[k] = held.get(k, 0.0) - v
 
     def forget(self, prefix: str) -> None:
         """Drop the idle workers under a trial-key prefix (their actors were killed)."""
@@ -129,7 +149,9 @@ class WorkerPool:
                 if not workers:
                     del self._idle[pool_key]
 
-    def create(self, req: LaunchRequest, shape: TrialResources, launch: dict) -> Worker:
+    def create(self, req: LaunchRequest, shape: TrialResources, launch: dict,
+               busy: list[TrialResources] = ()) -> Worker:
+        """A new actor for the trial; ``busy``: the shapes of the actors running trials now."""
         pooled = self.pooled(shape)
         if pooled:
             pool_key = self.pool_key(req, shape)
@@ -138,7 +160,7 @@ class WorkerPool:
         else:
             pool_key, name = "", actor_name(req.trial_key)
             self._free_name(name)
-        self._evict_idle_for(shape, keep=pool_key)
+        self._evict_idle_for(shape, keep=pool_key, busy=list(busy))
         namespace = experiment_namespace(self.namespace, req.trial_key)
         options: dict[str, Any] = {
             "name": name, "namespace": namespace, "lifetime": "detached",
@@ -183,16 +205,33 @@ class WorkerPool:
             time.sleep(0.05)
         raise RayUnavailableError(self.address, f"actor {name!r} did not go away after ray.kill")
 
-    def _evict_idle_for(self, shape: TrialResources, keep: str) -> None:
-        """Kill idle workers of other shapes when a new worker needs what they hold."""
+    def _evict_idle_for(self, shape: TrialResources, keep: str, busy: list[TrialResources]) -> None:
+        """Kill idle workers of other pools when a new worker needs what they hold.
+
+        The ledger counts an idle worker's resources as free (``cluster_resources``), so
+        it grants them to the next trial in line, most often another Experiment's (whose
+        worker cannot be reused here).  Ray still counts them as held until the idle
+        worker dies: without room made here, the new actor waits in Ray's queue until
+        the idle one expires (``idle_ttl_s``) while its trial counts as running, and the
+        queue behind it waits too (issue 26: capacity idle, 198 trials queued).  So
+        workers are killed, oldest first, until what this executor's actors hold (``busy``
+        running trials, the idle workers left and the new one) fits the cluster's total.
+        That is our own bookkeeping, exact and without delay; Ray's available resources,
+        which lag behind actors just created, are asked as well, for actors that are
+        not ours."""
         with self._lock:
             others = sorted((w for key, ws in self._idle.items() if key != keep for w in ws),
                             key=lambda w: w.idle_since)
+            idle = [w for ws in self._idle.values() for w in ws]
         if not others:
             return
-        available = ray.available_resources()
+        total, available = ray.cluster_resources(), ray.available_resources()
+        need = shape.total()
+        held = _summed([s.total() for s in busy] + [need] + [w.shape.total() for w in idle])
+        kinds = [k for k in need if k in total]
         for worker in others:
-            if all(available.get(k, 0.0) >= v for k, v in shape.total().items()):
+            ours_fit = all(held.get(k, 0.0) <= total[k] + 1e-9 for k in kinds)
+            if ours_fit and all(available.get(k, 0.0) >= v for k, v in need.items()):
                 return
             with self._lock:
                 workers = self._idle.get(worker.pool_key, [])
@@ -200,8 +239,9 @@ class WorkerPool:
                     continue
                 workers.remove(worker)
             self.kill(worker)
-            for k, v in worker.shape.bundle().items():
+            for k, v in worker.shape.total().items():
                 available[k] = available.get(k, 0.0) + v
+                held[k] = held.get(k, 0.0) - v
 
     def kill(self, worker: Worker) -> None:
         try:
@@ -228,3 +268,11 @@ class WorkerPool:
                 except Exception:  # noqa: BLE001
                     pass
         return removed
+
+
+def _summed(amounts: list[dict[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for amount in amounts:
+        for kind, value in amount.items():
+            total[kind] = total.get(kind, 0.0) + value
+    return total
