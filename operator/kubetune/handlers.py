@@ -104,7 +104,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         providers = {"ray": RayPlatforms(chosen.ray_address, _executor_factory(chosen),
                                          separate_factory=_driver_process(chosen),
                                          allow_local=chosen.allow_local_ray or not in_cluster(),
-                                         idle_s=chosen.ray_driver_idle_seconds)}
+                                         idle_s=chosen.ray_driver_idle_seconds,
+                                         weights=dict(chosen.namespace_weights))}
         if chosen.pod_executor:   # off: nothing listens on the ingest port
             PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
                               namespace_opt_in=chosen.pod_namespace_opt_in,

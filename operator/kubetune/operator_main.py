@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
     # "": $KUBETUNE_RESULTS_URL (results.default_url, the one reader of that variable), so
     # a PostgreSQL URL (with its password) can come from a Secret
+    parser.add_argument("--namespace-weight", action="append", default=[], metavar="NAMESPACE=WEIGHT",
+                        help="fair sharing of a shared Ray cluster: trials waiting for room are served so that "
+                             "each namespace's share of the cluster follows its weight (default 1 for every "
+                             "namespace), then equally between the Experiments of a namespace; spec.priority "
+                             "still comes first. Repeat or comma-separate, e.g. team-a=2,team-b=0.5")
     parser.add_argument("--dashboard-url", default="",
                         help="where users reach the chart's dashboard (e.g. https://tuning.example.com): each "
                              "Experiment's status.dashboard then names its page there")

@@ -73,6 +73,7 @@ class OperatorSettings:
     lease_namespace: str = ""
     identity: str = ""
     dashboard_url: str = ""    # the chart's dashboard as users reach it: status.dashboard ("": none)
+    namespace_weights: tuple[tuple[str, float], ...] = ()   # fair sharing of a Ray cluster (core/fair_share.py)
 
 
 # the environment variable a flag falls back to (operator_main.py), named in errors
@@ -161,7 +162,34 @@ def from_args(args: Any) -> OperatorSettings:
         lease_duration_seconds=lease,
         lease_namespace=args.lease_namespace,
         identity=args.identity,
-        dashboard_url=_dashboard_url(getattr(args, "dashboard_url", "")))
+        dashboard_url=_dashboard_url(getattr(args, "dashboard_url", "")),
+        namespace_weights=namespace_weights(getattr(args, "namespace_weight", []) or []))
+
+
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_WEIGHT = 1000.0
+
+
+def namespace_weights(items: list[str]) -> tuple[tuple[str, float], ...]:
+    """``--namespace-weight team-a=2,team-b=0.5``: each namespace's weight in fair sharing."""
+    weights: dict[str, float] = {}
+    for item in (part.strip() for raw in items for part in str(raw).split(",")):
+        if not item:
+            continue
+        namespace, _, raw = item.partition("=")
+        namespace = namespace.strip()
+        if not NAMESPACE.match(namespace) or len(namespace) > 63:
+            raise SettingError(f"--namespace-weight: {item[:80]!r}: {namespace[:70]!r} is not a namespace name "
+                               "(expected NAMESPACE=WEIGHT, e.g. team-a=2)")
+        try:
+            weight = float(raw)
+        except ValueError:
+            weight = float("nan")
+        if not (0 < weight <= MAX_WEIGHT):
+            raise SettingError(f"--namespace-weight: {item[:80]!r}: the weight must be a number > 0 and "
+                               f"<= {MAX_WEIGHT:g} (expected NAMESPACE=WEIGHT, e.g. team-a=2)")
+        weights[namespace] = weight
+    return tuple(sorted(weights.items()))
 
 
 MAX_DASHBOARD_URL = 512

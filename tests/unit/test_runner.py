@@ -231,11 +231,10 @@ def test_two_experiments_share_a_ledger_fairly():
             assert ledger.used().cpu <= 2 and ledger.free().cpu >= 0
         assert tick < 200
     order = [name for _, name in launches]
-    # a took both CPUs first; when they freed up, b (waiting longer) got them before
-    # a could start its next trials, and so on in turns.
-    assert order[:2] == ["a-0", "a-1"]
-    assert order[2:4] == ["b-0", "b-1"]
-    assert order[4:6] == ["a-2", "a-3"]
+    # a took both CPUs first; the first CPU freed went to b (holding none), and from then
+    # on each held one (fair sharing, core/fair_share.py), a's and b's launches alternating.
+    assert order[:3] == ["a-0", "a-1", "b-0"]
+    assert [name[0] for name in order[2:7]] == list("babab")
     assert a.finished.reason == b.finished.reason == "MaxTrialsReached" and ledger.used() == Resources()
 
 

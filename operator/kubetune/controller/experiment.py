@@ -115,6 +115,9 @@ class ExperimentController:
         idle = 0.01
         failures = 0
         while not stopped() and not self._stopping:
+            # cleared before the cycle, not after: a wake during a cycle (the ledger saying
+            # this Experiment's trial is first in line) runs the next cycle at once
+            self._wakeup.clear()
             try:
                 self._in_cycle = True
                 busy = await self.reconcile_once()
@@ -130,7 +133,6 @@ class ExperimentController:
             else:
                 idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
             self._in_cycle = False
-            self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
             except asyncio.TimeoutError:
@@ -165,7 +167,12 @@ class ExperimentController:
     def stop(self) -> None:
         """End the loop (its trials keep running)."""
         self._stopping = True
+        self._unwatch()
         self.wake()
+
+    def _unwatch(self) -> None:
+        if self.ctx.platform is not None:
+            self.ctx.platform.ledger.unwatch(self.ctx.prefix)
 
     async def release_resources(self) -> None:
         """The Experiment is gone and its trials ended (controller.operator_state): give
@@ -220,6 +227,7 @@ class ExperimentController:
         if ctx.runner.finished is not None and not ctx.runner.active_trials() and not self.runs.orphans_checked:
             await self.runs.end_runs_of_finished()     # e.g. restored finished after a spec change
         if self._done_with_platform():
+            self._unwatch()
             # no platform call: an idle connection may end (its driver process)
             if self.checkpoints.to_delete:
                 await self.checkpoints.delete_ended()
@@ -228,6 +236,8 @@ class ExperimentController:
         if not await ctx.platform.ensure_connected():
             await self.status.flush()
             return False
+        # woken when a trial of ours is first in line and fits, not only at the next cycle
+        ctx.platform.ledger.watch(ctx.prefix, self.wake)
         busy = await self._step_and_poll()
         if self.checkpoints.to_delete:
             await self.checkpoints.delete_ended()

@@ -12,14 +12,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
-from kubetune.spec.quantities import format_memory
-from kubetune.spec.resources import Resources, TrialResources, _fmt
-
-def describe_amount(kind: str, value: float) -> str:
-    return f"{format_memory(value)} memory" if kind == "memory" else f"{_fmt(value)} {kind}"
-
+from kubetune.core.feasibility import amount_only as _amount_only, describe_amount, infeasibility, kind_order as _kind_order, \
+    nodes_text as _nodes
+from kubetune.core.fair_share import FairState, Request, append_key, fair_keys, groups, unregistered_key
+from kubetune.spec.resources import Resources, TrialResources
 
 def trial_bundles(resources: TrialResources) -> list[Resources]:
     """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
@@ -68,6 +66,9 @@ class ResourceLedger:
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
         self._line: _Line | None = None         # the waiting queue's order and who blocks, until a change
+        self._weights: dict[str, float] = {}    # namespace -> its weight in fair sharing (default 1)
+        self._wakers: dict[str, Callable[[], None]] = {}   # experiment ("ns/exp/") -> wake its runner
+        self._woken: str | None = None          # the owner last woken as first in line
         self.work = {"sorts": 0, "shape_checks": 0}   # what placement cost (tests count it, not time)
 
     # ------------------------------------------------------------ capacity
@@ -89,6 +90,38 @@ class ResourceLedger:
         held, self._held = self._held, {}
         for owner, placements in held.items():
             self._place(owner, [bundle for _, bundle in placements], force=True)
+        self._woken = None
+        self._wake_first()
+
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Per-namespace weights of fair sharing (core/fair_share.py); absent: 1."""
+        if weights != self._weights:
+            self._weights = dict(weights)
+            self._line = None
+
+    def watch(self, experiment: str, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when a request of ``experiment`` (``"ns/exp/"``) becomes first in
+        line and fits: its runner should take the room now, not at its next cycle
+        (everyone behind it waits for that)."""
+        self._wakers[experiment] = wake
+
+    def unwatch(self, experiment: str) -> None:
+        self._wakers.pop(experiment, None)
+
+    def _wake_first(self) -> None:
+        """Wake the Experiment of the first waiting request that fits, if it changed."""
+        if not self._wakers or not self._waiting or not self._known:
+            return
+        line = self._current_line()
+        first = bisect.bisect_left(line.fits_before, True) - 1   # the first place whose request fits
+        if first < 0 or first >= len(line.queue):
+            return
+        owner = line.queue[first][0]
+        if owner != self._woken:
+            self._woken = owner
+            wake = self._wakers.get(groups(owner)[1])
+            if wake is not None:
+                wake()
 
     def node_shapes(self) -> tuple[list[Resources], list[Resources] | None]:
         """The nodes there are now, and the shapes the autoscaler can add (None: it adds none)."""
@@ -161,6 +194,7 @@ class ResourceLedger:
             return False
         self._waiting.pop(owner, None)
         self._line = None
+        self._wake_first()
         return True
 
     def adopt(self, owner: str, bundles: list[Resources]) -> None:
@@ -173,6 +207,7 @@ class ResourceLedger:
     def release(self, owner: str) -> None:
         self._unplace(owner)
         self.clear_waiting(owner)
+        self._wake_first()
 
     # ------------------------------------------------------------ feasibility
 
@@ -181,33 +216,7 @@ class ResourceLedger:
         otherwise why not, naming the resource and the largest node. Unknown capacity: None."""
         if not self._known:
             return None
-        shapes = self._nodes + (self._node_types or [])
-        what = "node type" if self._node_types else "node"
-        for bundle in bundles:
-            if any(bundle.fits(shape) for shape in shapes):
-                continue
-            for kind in bundle.kinds():
-                largest = max((shape.amount(kind) for shape in shapes), default=0.0)
-                if bundle.amount(kind) > largest + 1e-9:
-                    return (f"needs {describe_amount(kind, bundle.amount(kind))} per bundle; "
-                            f"the largest {what} offers {describe_amount(kind, largest)}")
-            return (f"needs {bundle.describe()} per bundle; no single {what} offers all of it "
-                    f"(closest: {min(shapes, key=bundle.ratio).describe()})")
-        return self._group_feasibility(bundles)
-
-    def _group_feasibility(self, bundles: list[Resources]) -> str | None:
-        """The placement group is all-or-nothing: on a cluster that cannot grow (no
-        autoscaler node types), its bundles together must fit the nodes together."""
-        if self._node_types is not None or len(bundles) < 2:
-            return None
-        needed = sum(bundles, Resources())
-        offered = sum(self._nodes, Resources())
-        for kind in needed.kinds():
-            if needed.amount(kind) > offered.amount(kind) + 1e-9:
-                return (f"needs {len(bundles)} bundles, {describe_amount(kind, needed.amount(kind))} in all, "
-                        f"placed together; the whole cluster ({_nodes(len(self._nodes))}) offers "
-                        f"{describe_amount(kind, offered.amount(kind))}")
-        return None
+        return infeasibility(bundles, self._nodes, self._node_types)
 
     # ------------------------------------------------------------ waiting demand
 
@@ -219,9 +228,10 @@ class ResourceLedger:
         if current == entry:
             return
         self._waiting[owner] = entry
-        line, key = self._line, (-priority, order)
-        if current is None and line is not None and (not line.keys or key > line.keys[-1]):
-            self._extend(line, owner, entry)      # the newest arrival joins the end: O(1)
+        line = self._line
+        key = append_key(line.fair, _request(owner, entry)) if current is None and line is not None else None
+        if key is not None and (not line.keys or key > line.keys[-1]):
+            self._extend(line, owner, entry, key)      # joins the end of the line: O(1)
         else:
             self._line = None
 
@@ -236,20 +246,23 @@ class ResourceLedger:
         return self._current_line().queue
 
     def _current_line(self) -> "_Line":
-        """The waiting queue in order, and for each place in it what the requests ahead
-        block: built once per change of the ledger (O(n log n), one fit check per distinct
-        request shape), so that placing n queued trials is O(n log n), not O(n^2)."""
+        """The waiting queue in fair order (core/fair_share.py), and for each place in it
+        what the requests ahead block: built once per change of the ledger (O(n log n),
+        one fit check per distinct request shape), so that placing n queued trials is
+        O(n log n), not O(n^2)."""
         if self._line is not None:
             return self._line
         self.work["sorts"] += 1
-        queue = sorted(self._waiting.items(), key=lambda item: (-item[1].priority, item[1].order))
-        line = _Line(queue=[], keys=[])
-        for owner, entry in queue:
-            self._extend(line, owner, entry)
+        held = {owner: total_of(bundle for _, bundle in placements) for owner, placements in self._held.items()}
+        keys, fair = fair_keys((_request(owner, entry) for owner, entry in self._waiting.items()),
+                               held, self._total, self._weights)
+        line = _Line(queue=[], keys=[], fair=fair)
+        for owner in sorted(keys, key=keys.__getitem__):
+            self._extend(line, owner, self._waiting[owner], keys[owner])
         self._line = line
         return line
 
-    def _extend(self, line: "_Line", owner: str, entry: _Waiting) -> None:
+    def _extend(self, line: "_Line", owner: str, entry: _Waiting, key: tuple) -> None:
         """Append a request to the end of ``line`` (one fit check per distinct shape)."""
         shape = tuple(tuple(sorted(b.to_ray().items())) for b in entry.bundles)
         if shape not in line.shorts:
@@ -257,7 +270,8 @@ class ResourceLedger:
         short = line.shorts[shape]
         position = len(line.queue)
         line.queue.append((owner, entry))
-        line.keys.append((-entry.priority, entry.order))
+        line.keys.append(key)
+        line.key_of[owner] = key
         line.fits_before.append(line.fits_before[-1] or not short)
         for kind in short:
             line.first_short.setdefault(kind, position)
@@ -294,29 +308,30 @@ class ResourceLedger:
         short of a resource this owner also asks for (taking it would starve the one
         ahead). Requests that need other resources may start meanwhile (backfill).
         """
-        mine = self._waiting.get(owner)
-        if mine is not None:
-            bundles, key = mine.bundles, (-mine.priority, mine.order)
-        else:
-            key = (-priority, float("inf"))
+        bundles, key = self._place_in_line(owner, bundles, priority)
         kinds = {k for b in bundles or [] for k in b.kinds()}
+        line = self._current_line()
         result = []
-        for other, entry in self._queue():
-            if other == owner or (-entry.priority, entry.order) >= key:
+        for (other, entry), other_key in zip(line.queue, line.keys):
+            if other == owner or other_key >= key:
                 continue
             short = self._short_kinds(entry.bundles)
             if not short or short & kinds:
                 result.append(other)
         return result
 
+    def _place_in_line(self, owner: str, bundles: list[Resources] | None,
+                       priority: int) -> tuple[list[Resources] | None, tuple]:
+        """What ``owner`` asks for and its key in the line (last of its priority if it never waited)."""
+        mine = self._waiting.get(owner)
+        if mine is None:
+            return bundles, unregistered_key(priority)
+        return mine.bundles, self._current_line().key_of[owner]
+
     def next_owner_allowed(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> bool:
         """``not blockers(...)`` in O(log n): a binary search for the owner's place in line,
         then what the requests ahead of it block (``_current_line``)."""
-        mine = self._waiting.get(owner)
-        if mine is not None:
-            bundles, key = mine.bundles, (-mine.priority, mine.order)
-        else:
-            key = (-priority, float("inf"))
+        bundles, key = self._place_in_line(owner, bundles, priority)
         line = self._current_line()
         position = bisect.bisect_left(line.keys, key)     # requests strictly ahead
         if line.fits_before[position]:
@@ -345,7 +360,7 @@ class ResourceLedger:
                     f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
         if not self.next_owner_allowed(owner):
             line = self._current_line()
-            ahead = bisect.bisect_left(line.keys, (-entry.priority, entry.order))
+            ahead = bisect.bisect_left(line.keys, line.key_of[owner])
             return f"waiting behind {ahead} earlier request(s) of equal or higher priority"
         return "resources are free; starting at the next step"
 
@@ -356,7 +371,8 @@ class ResourceLedger:
         if not waiting:
             return ""
         count = f"{len(owners)} trial{'' if len(owners) == 1 else 's'} queued"
-        first, entry = min(waiting, key=lambda item: (-item[1].priority, item[1].order))
+        key_of = self._current_line().key_of if self._known else {}
+        first, entry = min(waiting, key=lambda item: key_of.get(item[0], (-item[1].priority, item[1].order)))
         short = self._short_kinds(entry.bundles) if self._known else set()
         demand, free = total_of(entry.bundles), self.free()
         kind = min(short, key=_kind_order) if short else ""
@@ -370,21 +386,14 @@ class ResourceLedger:
 @dataclass
 class _Line:
     queue: list[tuple[str, _Waiting]]
-    keys: list[tuple[int, int]]
+    keys: list[tuple]
+    fair: FairState
+    key_of: dict[str, tuple] = field(default_factory=dict)
     # [i]: a request ahead of place i fits now (one more entry than the queue: past its end)
     fits_before: list[bool] = field(default_factory=lambda: [False])
     first_short: dict[str, int] = field(default_factory=dict)   # kind -> first place short of it
     shorts: dict[tuple, frozenset[str]] = field(default_factory=dict)   # request shape -> short kinds
 
 
-def _nodes(count: int) -> str:
-    return f"{count} node" if count == 1 else f"{count} nodes"
-
-
-def _kind_order(kind: str) -> tuple[int, str]:
-    # GPU first: when several resources are short, the scarce accelerator is the news.
-    return ({"GPU": 0, "CPU": 1, "memory": 2}.get(kind, 3), kind)
-
-
-def _amount_only(kind: str, value: float) -> str:
-    return format_memory(value) if kind == "memory" else _fmt(value)
+def _request(owner: str, entry: _Waiting) -> Request:
+    return Request(owner, total_of(entry.bundles), entry.priority, entry.order)

@@ -41,9 +41,10 @@ class RayPlatform(ExecutorPlatform):
     idle_connection_ends = True     # a driver process nobody needs is ended (retire)
 
     def __init__(self, address: str, executor_factory: Callable[[str], Any],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, weights: Mapping[str, float] | None = None) -> None:
         self.address = address
         self.ledger = ResourceLedger()
+        self.ledger.set_weights(dict(weights or {}))    # namespace -> weight (core/fair_share.py)
         self._executor_factory = executor_factory
         self._clock = clock
         self.executor: Any = None
@@ -212,8 +213,10 @@ class RayPlatforms:
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any], *, allow_local: bool = True,
                  separate_factory: Callable[[str], Any] | None = None,
-                 idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 weights: Mapping[str, float] | None = None) -> None:
         self.default_address = default_address
+        self.weights = dict(weights or {})
         self.idle_s = idle_s
         self._clock = clock
         # separate addresses no Experiment needs: since when, and the handle's use count then
@@ -257,7 +260,7 @@ class RayPlatforms:
                 raise RayAddressRefused(
                     f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
                     "needs `kubetune operator`, which connects to each address an Experiment names")
-            self._handles[address] = RayPlatform(address, factory)
+            self._handles[address] = RayPlatform(address, factory, weights=self.weights)
         return self._handles[address]
 
     async def retire_idle(self, in_use: set[str]) -> list[str]:

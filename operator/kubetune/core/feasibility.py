@@ -1,0 +1,59 @@
+"""Whether a trial's bundles could ever run on a cluster's nodes (or the node types its
+autoscaler adds), and if not, why, in words naming the resource and the largest node.
+Used by the ledger (core/resources.py); pure."""
+from __future__ import annotations
+
+from kubetune.spec.quantities import format_memory
+from kubetune.spec.resources import Resources, _fmt
+
+
+def describe_amount(kind: str, value: float) -> str:
+    return f"{format_memory(value)} memory" if kind == "memory" else f"{_fmt(value)} {kind}"
+
+
+def nodes_text(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
+def infeasibility(bundles: list[Resources], nodes: list[Resources],
+                  node_types: list[Resources] | None) -> str | None:
+    """None if each bundle fits some node or node type (and, on a cluster that cannot
+    grow, the bundles together fit the nodes together); otherwise why not."""
+    shapes = nodes + (node_types or [])
+    what = "node type" if node_types else "node"
+    for bundle in bundles:
+        if any(bundle.fits(shape) for shape in shapes):
+            continue
+        for kind in bundle.kinds():
+            largest = max((shape.amount(kind) for shape in shapes), default=0.0)
+            if bundle.amount(kind) > largest + 1e-9:
+                return (f"needs {describe_amount(kind, bundle.amount(kind))} per bundle; "
+                        f"the largest {what} offers {describe_amount(kind, largest)}")
+        return (f"needs {bundle.describe()} per bundle; no single {what} offers all of it "
+                f"(closest: {min(shapes, key=bundle.ratio).describe()})")
+    return _group_infeasibility(bundles, nodes, node_types)
+
+
+def _group_infeasibility(bundles: list[Resources], nodes: list[Resources],
+                         node_types: list[Resources] | None) -> str | None:
+    """The placement group is all-or-nothing: on a cluster that cannot grow (no
+    autoscaler node types), its bundles together must fit the nodes together."""
+    if node_types is not None or len(bundles) < 2:
+        return None
+    needed = sum(bundles, Resources())
+    offered = sum(nodes, Resources())
+    for kind in needed.kinds():
+        if needed.amount(kind) > offered.amount(kind) + 1e-9:
+            return (f"needs {len(bundles)} bundles, {describe_amount(kind, needed.amount(kind))} in all, "
+                    f"placed together; the whole cluster ({nodes_text(len(nodes))}) offers "
+                    f"{describe_amount(kind, offered.amount(kind))}")
+    return None
+
+
+def kind_order(kind: str) -> tuple[int, str]:
+    # GPU first: when several resources are short, the scarce accelerator is the news.
+    return ({"GPU": 0, "CPU": 1, "memory": 2}.get(kind, 3), kind)
+
+
+def amount_only(kind: str, value: float) -> str:
+    return format_memory(value) if kind == "memory" else _fmt(value)

@@ -1,0 +1,162 @@
+"""Fair sharing of one cluster's ledger between namespaces and Experiments (issue 26,
+core/fair_share.py): property tests over random queues, weights, and the wake of the
+Experiment first in line."""
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings, strategies as st
+
+from kubetune.core.fair_share import fair_keys, groups
+from kubetune.core.resources import ResourceLedger, Resources
+
+CPU = [Resources(cpu=1.0)]
+
+
+def _ledger(cpus: float, weights: dict[str, float] | None = None) -> ResourceLedger:
+    ledger = ResourceLedger()
+    ledger.set_capacity(Resources(cpu=cpus), [Resources(cpu=cpus)])
+    ledger.set_weights(weights or {})
+    return ledger
+
+
+def _grant_all_allowed(ledger: ResourceLedger, owners: list[str]) -> list[str]:
+    """What the runners' cycles do, in any order: each waiting owner tries; until no one can."""
+    granted = []
+    progress = True
+    while progress:
+        progress = False
+        for owner in owners:
+            if owner not in granted and ledger.try_acquire(owner, CPU):
+                granted.append(owner)
+                progress = True
+    return granted
+
+
+def _held(granted: list[str], level: int) -> Counter:
+    return Counter(groups(owner)[level] for owner in granted)
+
+
+queues = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues, st.integers(1, 12), st.randoms(use_true_random=False))
+def test_free_capacity_goes_to_whoever_holds_least(requests, cpus, random):
+    """Whatever the arrival order, once the cluster is full no namespace that still waits
+    holds more than one trial less than another; the same between the Experiments of a
+    namespace (max-min fairness at both levels)."""
+    ledger = _ledger(cpus)
+    owners = [f"ns{n}/exp{e}/t{i}" for i, (n, e) in enumerate(requests)]
+    for owner in owners:
+        ledger.set_waiting(owner, CPU)
+    tries = list(owners)
+    random.shuffle(tries)
+    granted = _grant_all_allowed(ledger, tries)
+    assert len(granted) == min(cpus, len(owners))                # no capacity left idle
+    still_waiting = [owner for owner in owners if owner not in granted]
+    by_namespace = _held(granted, 0)
+    for owner in still_waiting:
+        namespace, experiment = groups(owner)
+        assert all(by_namespace[namespace] >= held - 1 for held in by_namespace.values()), (by_namespace, owner)
+        in_namespace = Counter(groups(o)[1] for o in granted if groups(o)[0] == namespace)
+        assert all(in_namespace[experiment] >= held - 1 for held in in_namespace.values()), (in_namespace, owner)
+
+
+@settings(max_examples=100, deadline=None)
+@given(queues)
+def test_joining_the_end_of_the_line_orders_as_a_rebuild_does(requests):
+    """A new arrival takes its key without rebuilding the line when it goes last; the
+    line is the same as one built from scratch."""
+    ledger = _ledger(2.0)
+    ledger.try_acquire("ns0/big/held", [Resources(cpu=1.0)])
+    owners = [f"ns{n}/exp{e}/t{i}" for i, (n, e) in enumerate(requests)]
+    for owner in owners:
+        ledger.set_waiting(owner, CPU)
+        ledger.queue_reason(owner)        # builds the line, so the next arrival may append
+    incremental = [owner for owner, _ in ledger._current_line().queue]
+    ledger._line = None
+    assert [owner for owner, _ in ledger._current_line().queue] == incremental
+
+
+def test_a_late_experiment_is_served_before_one_that_holds_the_cluster():
+    ledger = _ledger(4)
+    early = [f"team/early/t{i}" for i in range(20)]
+    for owner in early:
+        ledger.set_waiting(owner, CPU)
+    assert _grant_all_allowed(ledger, early) == early[:4]
+    ledger.set_waiting("team/late/t0", CPU)
+    ledger.release(early[0])
+    assert not ledger.try_acquire(early[4], CPU)        # arrived first, but holds 3 of 4
+    assert ledger.try_acquire("team/late/t0", CPU)
+
+
+def test_namespace_weights_split_a_saturated_cluster_in_their_ratio():
+    ledger = _ledger(9, weights={"gold": 2.0})
+    owners = [f"{ns}/exp/t{i}" for i in range(30) for ns in ("gold", "bronze")]
+    for owner in owners:
+        ledger.set_waiting(owner, CPU)
+    granted = _grant_all_allowed(ledger, owners)
+    assert _held(granted, 0) == {"gold": 6, "bronze": 3}
+
+
+def test_one_namespace_with_many_experiments_does_not_crowd_out_another():
+    """Fair between namespaces first: ten Experiments of one team get half, not 10/11."""
+    ledger = _ledger(10)
+    owners = [f"crowd/exp{e}/t{i}" for e in range(10) for i in range(2)] + [f"solo/exp/t{i}" for i in range(10)]
+    for owner in owners:
+        ledger.set_waiting(owner, CPU)
+    assert _held(_grant_all_allowed(ledger, owners), 0) == {"crowd": 5, "solo": 5}
+
+
+def test_priority_still_comes_first():
+    ledger = _ledger(1)
+    ledger.set_waiting("a/low/t0", CPU, priority=0)
+    ledger.set_waiting("b/high/t0", CPU, priority=5)
+    ledger.set_waiting("b/high/t1", CPU, priority=5)
+    assert not ledger.try_acquire("a/low/t0", CPU)
+    assert ledger.try_acquire("b/high/t0", CPU, priority=5)
+    ledger.release("b/high/t0")
+    assert ledger.try_acquire("b/high/t1", CPU, priority=5)   # even though b holds more than a
+
+
+def test_keys_depend_on_holdings_not_on_arrival():
+    from kubetune.core.fair_share import Request
+    total = Resources(cpu=4)
+    waiting = [Request("x/a/t1", Resources(cpu=1), 0, 1), Request("y/b/t2", Resources(cpu=1), 0, 2)]
+    keys, _ = fair_keys(waiting, {"x/a/t0": Resources(cpu=2)}, total, {})
+    assert keys["y/b/t2"] < keys["x/a/t1"]
+
+
+def test_the_experiment_first_in_line_is_woken_when_room_frees():
+    ledger = _ledger(1)
+    woken = []
+    ledger.watch("ns/a/", lambda: woken.append("a"))
+    ledger.watch("ns/b/", lambda: woken.append("b"))
+    assert ledger.try_acquire("ns/a/t0", CPU)
+    ledger.set_waiting("ns/b/t0", CPU)
+    ledger.set_waiting("ns/a/t1", CPU)
+    assert woken == []                      # nothing fits: nobody to wake
+    ledger.release("ns/a/t0")
+    assert woken == ["b"]                   # first in line: b's trial, waiting longer
+    assert not ledger.try_acquire("ns/a/t1", CPU)
+    assert ledger.try_acquire("ns/b/t0", CPU)
+    ledger.unwatch("ns/a/")
+    ledger.release("ns/b/t0")
+    assert woken == ["b"]                   # a's trial is first now, but a stopped watching
+
+
+def test_namespace_weights_come_from_the_operator_flag():
+    import pytest
+    from kubetune import cli
+    from kubetune.settings import SettingError, from_args
+
+    def parsed(*argv):
+        return from_args(cli.build_parser().parse_args(["operator", *argv])).namespace_weights
+    assert parsed() == ()
+    assert parsed("--namespace-weight=team-a=2,team-b=0.5", "--namespace-weight", "team-c=3") == (
+        ("team-a", 2.0), ("team-b", 0.5), ("team-c", 3.0))
+    for wrong, named in (("team-a=0", "must be a number > 0"), ("team-a=x", "must be a number"),
+                         ("Team_A=2", "is not a namespace name"), ("team-a", "must be a number")):
+        with pytest.raises(SettingError, match=f"--namespace-weight: .*{named}"):
+            parsed(f"--namespace-weight={wrong}")
