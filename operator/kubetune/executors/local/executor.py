@@ -14,6 +14,7 @@ whose trial resumes from its last checkpoint, as with pods.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Mapping
 
 from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest, NodeResources,
                                      TrialState, TrialUpdate)
+from kubetune.executors.pods import spec as pod_spec
 from kubetune.executors.pods.ingest import MAX_CHECKPOINT_CHARS
 from kubetune.executors.pods.stdout_results import LogLines, MalformedLine, ResultLine, ResultLines
 from kubetune.spec.results import Result
@@ -62,6 +64,9 @@ class LocalExecutor:
         self.python = python
         self._attempts: dict[str, Attempt] = {}
         self._lock = threading.Condition()
+        # each trial has a process group of its own (so a stop ends what it started too), so
+        # Ctrl-C does not reach it: the trials end with this process
+        atexit.register(self.stop_all, "")
 
     # ---------------------------------------------------------------- connection
 
@@ -102,22 +107,11 @@ class LocalExecutor:
         return LaunchInfo(req.trial_key, f"pid {process.pid}", attached=False)
 
     def _environment(self, req: LaunchRequest, workdir: str) -> dict[str, str]:
-        env = {**os.environ,
-               # the same kubetune and user code as this process imports
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
-               "KUBETUNE_TRIAL": req.trial_key, "KUBETUNE_ATTEMPT": str(req.attempt),
-               "KUBETUNE_FIRST_SEQ": str(req.start_seq + 1),
-               "KUBETUNE_START_ITERATION": str(req.start_iteration),
-               "KUBETUNE_CONFIG_FILE": os.path.join(workdir, "config.json"),
-               "KUBETUNE_METRICS_COLLECTOR": "stdout",
-               "KUBETUNE_TERMINATION_LOG": os.path.join(workdir, "termination")}
-        if req.checkpoint:
-            env["KUBETUNE_CHECKPOINT"] = req.checkpoint
-        if req.storage:
-            env["KUBETUNE_CHECKPOINT_STORAGE"] = req.storage
-            env["KUBETUNE_CHECKPOINT_OPTIONS"] = json.dumps(
-                {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
-        return env
+        """A trial pod's environment (pods/spec.py), its results printed, plus this host's:
+        the same kubetune and user code as this process imports, and where its error goes."""
+        return {**os.environ, **pod_spec.trial_env(req, os.path.join(workdir, "config.json"), "stdout"),
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+                "KUBETUNE_TERMINATION_LOG": os.path.join(workdir, "termination")}
 
     def _read(self, run: Attempt, lines: ResultLines) -> None:
         """The attempt's stdout, to its end: results into ``run.results``, the rest kept as output."""
@@ -227,8 +221,9 @@ class LocalExecutor:
     # ---------------------------------------------------------------- the host
 
     def cluster_resources(self) -> ClusterResources:
-        """This host's CPUs (no GPU: a trial that asks for one is infeasible here)."""
-        total = {"CPU": float(os.cpu_count() or 1)}
+        """This host's CPUs and memory (no GPU: a trial that asks for one is infeasible here)."""
+        total = {"CPU": float(os.cpu_count() or 1),
+                 "memory": float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))}
         return ClusterResources(total, dict(total), [NodeResources("local", "127.0.0.1", total, dict(total))])
 
     def logs(self, trial_key: str, lines: int = 200) -> str:

@@ -1,5 +1,8 @@
 """The pod platform (``spec.executor: pod``): ``executor.PodExecutor`` (the
-``TrialExecutor``), ``spec`` (renders the Pod, Secret and ConfigMap of a trial),
+``TrialExecutor``), ``listing`` (an Experiment's pods as last read, with what Kueue and
+the cluster autoscaler say of them), ``trial_objects`` (a trial's Secret and ConfigMap),
+``capacity`` (what the nodes hold), ``spec`` (renders the Pod, Secret and ConfigMap of a
+trial, and the environment of a trial's process),
 ``ingest`` + ``ingest_http`` (the bounded HTTP endpoint pods push results to),
 ``logs`` + ``stdout_results`` (results read from the pod's log), ``cluster`` (the
 handle the controller uses in place of a Ray cluster's, and the operator-wide wiring).

@@ -46,25 +46,24 @@ the checkpoint the trial started with, with the attempt and result numbers of th
 run; kubetune makes every attempt a new pod with the latest checkpoint and the next
 sequence number, so a deleted pod is exactly the pause it needs.
 
-Pods are read with one list call per experiment, at most every ``list_interval_s``.
+Pods are read with one list call per experiment, at most every ``list_interval_s``
+(listing.py); a trial's Secret and ConfigMap are trial_objects.py's, the cluster's
+capacity capacity.py's.
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
-import secrets
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kubetune.executors.pods import kueue
+from kubetune.executors.pods import capacity, kueue
 from kubetune.executors.pods import spec as pod_spec
-from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, LaunchRequest,
-                                     NodeResources, TrialState, TrialUpdate)
+from kubetune.executors.base import ClusterResources, ExecutorError, LaunchInfo, LaunchRequest, TrialState, TrialUpdate
 from kubetune.executors.pods.ingest import ResultInbox
+from kubetune.executors.pods.listing import PodListings, attempt_of, trial_of
 from kubetune.executors.pods.logs import PodLogFollower, collects_stdout
+from kubetune.executors.pods.trial_objects import TrialObjects
 from kubetune.k8s.errors import ApiError
 from kubetune.k8s.kueue import KueueApi
 from kubetune.k8s.pods import PodApi
@@ -74,17 +73,6 @@ from kubetune.spec.trial_key import ExperimentKey, TrialKey
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
-# a Kueue whose Workloads lack the job-uid label: their whole namespace, this seldom
-KUEUE_FULL_LIST_INTERVAL_S = 30.0
-
-
-@dataclass
-class _Listing:
-    at: float = float("-inf")            # monotonic time the list call was sent
-    pods: dict[str, dict] = field(default_factory=dict)   # pod name -> pod
-    autoscaler: dict[str, str] = field(default_factory=dict)   # pod name -> latest autoscaler event
-    workloads: dict[str, dict] = field(default_factory=dict)   # pod UID -> its Kueue Workload (gated pods only)
-    local_queues: dict[str, dict] = field(default_factory=dict)   # LocalQueue name -> it (gated pods' only)
 
 
 class PodExecutor:
@@ -96,15 +84,13 @@ class PodExecutor:
         self.address = "pod"
         self.inbox = inbox
         self.ingest_url = ingest_url.rstrip("/")
-        self.list_interval_s = list_interval_s
         self.api = PodApi(api_client)
-        self.kueue = KueueApi(api_client)
+        self.listings = PodListings(self.api, KueueApi(api_client), list_interval_s)
+        self.objects = TrialObjects(self.api)
         self._lock = threading.RLock()
         self._attempts: dict[str, int] = {}          # trial key -> attempt this process started
         self._started_at: dict[str, float] = {}      # trial key -> monotonic time of its create
         self._queues: dict[str, str | None] = {}     # trial key -> the Kueue LocalQueue it was started in
-        self._listings: dict[tuple[str, str], _Listing] = {}
-        self._full_workload_lists: dict[str, float] = {}   # namespace -> when all its Workloads were last listed
         self.allow = frozenset(allow)                # pod_policy allowances the operator grants
         self.namespace_opt_in = namespace_opt_in     # and namespaces may grant themselves by label
         self.priority_classes = frozenset(priority_classes)   # the WorkloadPriorityClasses Experiments may name
@@ -137,21 +123,10 @@ class PodExecutor:
             raise ExecutorError("; ".join(refused))
         self.connect()
         uid = self.api.trial_uid(namespace, trial)
-        token = self._ensure_secret(namespace, experiment, trial, uid)
-        self._ensure_config_map(namespace, experiment, trial, uid, req.config)
-        env = {"KUBETUNE_TRIAL": req.trial_key, "KUBETUNE_ATTEMPT": str(req.attempt),
-               "KUBETUNE_INGEST_URL": self.ingest_url,
-               "KUBETUNE_FIRST_SEQ": str(req.start_seq + 1),
-               "KUBETUNE_START_ITERATION": str(req.start_iteration),
-               "KUBETUNE_CONFIG_FILE": f"{pod_spec.CONFIG_DIR}/{pod_spec.CONFIG_FILE}"}
-        if req.metrics_collector != "push":    # kubetune.report() in the pod prints its results
-            env["KUBETUNE_METRICS_COLLECTOR"] = req.metrics_collector
-        if req.checkpoint:
-            env["KUBETUNE_CHECKPOINT"] = req.checkpoint
-        if req.storage:
-            env["KUBETUNE_CHECKPOINT_STORAGE"] = req.storage
-            env["KUBETUNE_CHECKPOINT_OPTIONS"] = json.dumps(
-                {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
+        token = self.objects.ensure_secret(namespace, experiment, trial, uid)
+        self.objects.ensure_config_map(namespace, experiment, trial, uid, req.config)
+        env = {**pod_spec.trial_env(req, f"{pod_spec.CONFIG_DIR}/{pod_spec.CONFIG_FILE}", req.metrics_collector),
+               "KUBETUNE_INGEST_URL": self.ingest_url}
         pod = pod_spec.render_pod(template, namespace=namespace, experiment=experiment, trial=trial,
                                   trial_uid=uid, attempt=req.attempt, params=req.config, env=env,
                                   resources=req.resources, metrics_collector=req.metrics_collector,
@@ -168,19 +143,6 @@ class PodExecutor:
         except ApiError as error:
             raise ExecutorError(f"cannot create pod {name}: {error.message}") from error
         return LaunchInfo(req.trial_key, name, attached=not created)   # not created: this attempt's pod exists
-
-    def _ensure_secret(self, namespace: str, experiment: str, trial: str, uid: str) -> str:
-        """The trial's token: kept across attempts and operator restarts."""
-        token = secrets.token_urlsafe(32)
-        body = pod_spec.secret_body(namespace, experiment, trial, uid, token)
-        try:
-            if self.api.create_secret(namespace, body):
-                return token
-        except ApiError as error:
-            raise ExecutorError(f"cannot create Secret {pod_spec.secret_name(trial)}: {error.message}") from error
-        existing = self.api.read_secret(namespace, pod_spec.secret_name(trial))
-        self._check_owned(existing["metadata"], trial, uid, "Secret")
-        return _decode_token(existing)
 
     def policy_violations(self, namespace: str, template: Mapping[str, Any] | None,
                           priority_class: str | None = None) -> list[str]:
@@ -206,39 +168,16 @@ class PodExecutor:
         token from its Secret, once, here in the executor's thread.  The ingest endpoint
         itself never calls the API, so a POST for an unknown trial costs nothing."""
         try:
-            uid = self.api.trial_uid(namespace, trial)
-            secret = self.api.read_secret(namespace, pod_spec.secret_name(trial))
-            self._check_owned(secret["metadata"], trial, uid, "Secret")
-            token = _decode_token(secret)
+            token = self.objects.token(namespace, trial)
         except Exception as error:  # noqa: BLE001 - its pod's posts get 503 and retry; so do we
             log.warning("learning the token of trial %s/%s failed: %s", namespace, trial, error)
             return
         self.inbox.adopt(namespace, trial, experiment, token)
 
-    def _ensure_config_map(self, namespace: str, experiment: str, trial: str, uid: str,
-                           config: Mapping[str, Any]) -> None:
-        """Create or update: a PBT exploit relaunches the trial with new parameters."""
-        body = pod_spec.config_map_body(namespace, experiment, trial, uid, config)
-        try:
-            if self.api.create_config_map(namespace, body):
-                return
-        except ApiError as error:
-            raise ExecutorError(f"cannot create ConfigMap {body['metadata']['name']}: {error.message}") from error
-        existing = self.api.read_config_map(namespace, body["metadata"]["name"])
-        self._check_owned(existing["metadata"], trial, uid, "ConfigMap")
-        if (existing.get("data") or {}) != body["data"]:
-            self.api.patch_config_map_data(namespace, body["metadata"]["name"], body["data"])
-
-    @staticmethod
-    def _check_owned(metadata: Mapping[str, Any], trial: str, uid: str, kind: str) -> None:
-        if not any(ref.get("uid") == uid for ref in metadata.get("ownerReferences") or []):
-            raise ExecutorError(f"{kind} {metadata.get('name')} exists and does not belong to Trial {trial}; "
-                                "rename or delete it")
-
     def _end_other_attempts(self, namespace: str, experiment: str, trial: str, attempt: int) -> None:
         """A new attempt starts: an older one still running (after a restart) is ended."""
-        for pod in self._list(namespace, experiment, force=True).values():
-            if _trial_of(pod) == trial and _attempt_of(pod) != attempt \
+        for pod in self.listings.pods(namespace, experiment, force=True).values():
+            if trial_of(pod) == trial and attempt_of(pod) != attempt \
                     and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 self._delete_pod(namespace, pod["metadata"]["name"])
 
@@ -250,8 +189,8 @@ class PodExecutor:
         updates = {}
         for key, after_seq in cursors.items():
             namespace, experiment, trial = TrialKey.parse(key)
-            pods = self._list(namespace, experiment)
-            listing = self._listings[(namespace, experiment)]
+            pods = self.listings.pods(namespace, experiment)
+            listing = self.listings.listing(namespace, experiment)
             attempt = self._current_attempt(key, trial, pods)
             pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
             drained = True
@@ -270,7 +209,7 @@ class PodExecutor:
             known = self._attempts.get(key)
         if known is not None:
             return known
-        attempts = [_attempt_of(p) for p in pods.values() if _trial_of(p) == trial]
+        attempts = [attempt_of(p) for p in pods.values() if trial_of(p) == trial]
         return max(attempts) if attempts else None
 
     def _update(self, key: str, pod: dict | None, attempt: int | None, results: tuple,
@@ -287,7 +226,7 @@ class PodExecutor:
                                        waiting_message=f"waiting for Kueue admission in queue {queue}", **common)
                 return TrialUpdate(key, TrialState.RUNNING, **common)
             name = pod_spec.pod_name(TrialKey.parse(key).trial, attempt or 0)
-            stopped = self._kueue_stop_message(key, name)
+            stopped = self.listings.kueue_stop_message(key, name)
             if stopped is not None:     # Kueue evicted it and its pod is gone already
                 evicted = kueue.eviction(stopped)
                 return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, evicted=evicted.evicted,
@@ -300,7 +239,7 @@ class PodExecutor:
         if kueue.managed(pod):
             namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:
-                listing = self._listings[(namespace, experiment)]
+                listing = self.listings.listing(namespace, experiment)
                 workload = listing.workloads.get(pod["metadata"].get("uid"))
                 local_queue = listing.local_queues.get((pod["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL))
             kueue_state = kueue.admission(pod, workload, local_queue)
@@ -337,89 +276,10 @@ class PodExecutor:
         if message is not None:
             namespace, experiment, _ = TrialKey.parse(key)
             with self._lock:
-                scaling = self._listings[(namespace, experiment)].autoscaler.get(pod["metadata"]["name"])
+                scaling = self.listings.listing(namespace, experiment).autoscaler.get(pod["metadata"]["name"])
             return TrialUpdate(key, TrialState.RUNNING, waiting_reason="Unschedulable",
                                waiting_message=f"{message}; {scaling}" if scaling else message, **common)
         return TrialUpdate(key, TrialState.RUNNING, **common)
-
-    def _list(self, namespace: str, experiment: str, *, force: bool = False) -> dict[str, dict]:
-        """The experiment's pods by name; one list call per ``list_interval_s`` at most."""
-        with self._lock:
-            listing = self._listings.setdefault((namespace, experiment), _Listing())
-            fresh = time.monotonic() - listing.at < self.list_interval_s
-        if fresh and not force:
-            return listing.pods
-        sent = time.monotonic()
-        try:
-            listed = self.api.list_pods(namespace, label_selector=f"{pod_spec.LABEL_EXPERIMENT}={experiment}")
-            pods = {p["metadata"]["name"]: p for p in listed
-                    if (p["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY)}
-            waiting = {name for name, pod in pods.items() if pod_spec.unschedulable(pod) is not None}
-            autoscaler = self._autoscaler_events(namespace, waiting) if waiting else {}
-        except Exception as error:  # noqa: BLE001 - keep the last listing; results still flow
-            log.warning("listing the pods of %s/%s failed: %s", namespace, experiment, error)
-            return listing.pods
-        workloads, local_queues = self._kueue_objects(namespace, pods)
-        with self._lock:
-            listing.at, listing.pods, listing.autoscaler = sent, pods, autoscaler
-            listing.workloads, listing.local_queues = workloads, local_queues
-        return pods
-
-    def _kueue_objects(self, namespace: str, pods: Mapping[str, dict]) -> tuple[dict[str, dict], dict[str, dict]]:
-        """For the pods Kueue gates: their Workloads (quota reserved, a check pending:
-        Provisioning) and LocalQueues (how many wait there).  Read only while some pod is
-        gated; unreadable (no RBAC for Kueue's kinds): the pods still say Queued."""
-        gated = [pod for pod in pods.values() if kueue.gated(pod)]
-        if not gated:
-            return {}, {}
-        uids = {pod["metadata"].get("uid") for pod in gated}
-        queues = {(pod["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL) for pod in gated} - {None}
-        try:
-            workloads = {kueue.workload_owner(w): w for w in self.kueue.list_workloads(namespace, uids)
-                         if kueue.workload_owner(w) in uids}
-            if uids - set(workloads) and self._full_workload_list_due(namespace):
-                # a Kueue that does not label its Workloads (or not yet): the namespace's, paginated,
-                # at most every KUEUE_FULL_LIST_INTERVAL_S
-                workloads.update({kueue.workload_owner(w): w for w in self.kueue.list_workloads(namespace)
-                                  if kueue.workload_owner(w) in uids})
-            local_queues = {name: found for name in queues
-                            if (found := self.kueue.local_queue(namespace, name)) is not None}
-        except Exception as error:  # noqa: BLE001 - see above
-            log.warning("reading Kueue's Workloads and LocalQueues in %s failed: %s", namespace, error)
-            return {}, {}
-        return workloads, local_queues
-
-    def _full_workload_list_due(self, namespace: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._full_workload_lists.get(namespace, -math.inf) < KUEUE_FULL_LIST_INTERVAL_S:
-                return False
-            self._full_workload_lists[namespace] = now
-            return True
-
-    def _kueue_stop_message(self, key: str, pod_name: str) -> str | None:
-        """Why Kueue stopped ``pod_name``, from its event; None if Kueue did not.  Read when a
-        trial's pod vanished (one call, rarely), whether or not this process started it."""
-        namespace = TrialKey.parse(key).namespace
-        try:
-            events = self.api.list_events(namespace, f"involvedObject.kind=Pod,involvedObject.name={pod_name}")
-            return kueue.stop_message(events, pod_name)
-        except Exception as error:  # noqa: BLE001 - unreadable: taken as gone, still a cluster fault
-            log.warning("reading the events of pod %s/%s failed: %s", namespace, pod_name, error)
-            return None
-
-    def _autoscaler_events(self, namespace: str, pods: set[str]) -> dict[str, str]:
-        """The cluster autoscaler's latest word on each pending pod (TriggeredScaleUp,
-        NotTriggerScaleUp): whether the cluster grows for it, shown with the Queued reason."""
-        latest: dict[str, tuple[str, str]] = {}
-        for event in self.api.list_events(namespace, "involvedObject.kind=Pod,source=cluster-autoscaler"):
-            name = (event.get("involvedObject") or {}).get("name")
-            if name not in pods:
-                continue
-            when = event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
-            if name not in latest or when[:19] >= latest[name][0]:
-                latest[name] = (when[:19], f"cluster-autoscaler {event.get('reason')}: {event.get('message', '')}")
-        return {name: text for name, (_, text) in latest.items()}
 
     # ---------------------------------------------------------------- stop / pause
 
@@ -440,8 +300,8 @@ class PodExecutor:
                 self._started_at.pop(trial_key, None)
                 self._queues.pop(trial_key, None)
             if attempt is None:
-                attempts = [_attempt_of(p) for p in self._list(*TrialKey.parse(trial_key)[:2]).values()
-                            if _trial_of(p) == trial]
+                attempts = [attempt_of(p) for p in self.listings.pods(*TrialKey.parse(trial_key)[:2]).values()
+                            if trial_of(p) == trial]
                 attempt = max(attempts) if attempts else None
             if attempt is not None and not self._finished(trial_key, pod_spec.pod_name(trial, attempt)):
                 self._delete_pod(namespace, pod_spec.pod_name(trial, attempt))
@@ -462,7 +322,7 @@ class PodExecutor:
         Trial goes; it holds nothing on its node any more."""
         namespace, experiment, _ = TrialKey.parse(trial_key)
         with self._lock:
-            listing = self._listings.get((namespace, experiment))
+            listing = self.listings.last(namespace, experiment)
             pod = listing.pods.get(name) if listing else None
         return pod is not None and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -485,7 +345,7 @@ class PodExecutor:
         """Delete every pod of ``"<namespace>/<experiment>/"``; how many.  Never raises."""
         try:
             namespace, experiment = ExperimentKey.parse(prefix)
-            pods = self._list(namespace, experiment, force=True)
+            pods = self.listings.pods(namespace, experiment, force=True)
             for name in pods:
                 self._delete_pod(namespace, name)
             self.inbox.forget(prefix)
@@ -495,7 +355,7 @@ class PodExecutor:
                     self._attempts.pop(key, None)
                     self._started_at.pop(key, None)
                     self._queues.pop(key, None)
-                self._listings.pop((namespace, experiment), None)
+                self.listings.forget(namespace, experiment)
             return len(pods)
         except Exception:  # noqa: BLE001
             log.exception("deleting the pods under %s", prefix)
@@ -505,30 +365,8 @@ class PodExecutor:
 
     def cluster_resources(self) -> ClusterResources:
         """Allocatable CPU, memory and GPUs per schedulable node, minus what bound pods request."""
-        nodes = self.api.list_nodes()
-        pods = self.api.list_pods(None, field_selector="status.phase!=Succeeded,status.phase!=Failed")
-        used: dict[str, dict[str, float]] = {}
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node:
-                for container in pod["spec"].get("containers") or []:
-                    for name, amount in ((container.get("resources") or {}).get("requests") or {}).items():
-                        kind = _kind(name)
-                        used.setdefault(node, {})[kind] = used.get(node, {}).get(kind, 0.0) + _parse_quantity(amount)
-        listed, total, available = [], {}, {}
-        for node in nodes:
-            if (node.get("spec") or {}).get("unschedulable"):
-                continue
-            name = node["metadata"]["name"]
-            capacity = {_kind(k): _parse_quantity(v)
-                        for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
-                        if _kind(k) in ("CPU", "GPU", "memory")}
-            free = {k: max(0.0, v - used.get(name, {}).get(k, 0.0)) for k, v in capacity.items()}
-            listed.append(NodeResources(name, name, capacity, free))
-            for k, v in capacity.items():
-                total[k] = total.get(k, 0.0) + v
-                available[k] = available.get(k, 0.0) + free[k]
-        return ClusterResources(total, available, listed)
+        return capacity.cluster_resources(
+            self.api.list_nodes(), self.api.list_pods(None, field_selector="status.phase!=Succeeded,status.phase!=Failed"))
 
     def request_resources(self, bundles: list[dict[str, float]]) -> None:
         """Nothing to do: the cluster autoscaler sees the pending pods themselves."""
@@ -539,7 +377,7 @@ class PodExecutor:
         with self._lock:
             attempt = self._attempts.get(trial_key)
         if attempt is None:
-            attempt = self._current_attempt(trial_key, trial, self._list(namespace, TrialKey.parse(trial_key)[1]))
+            attempt = self._current_attempt(trial_key, trial, self.listings.pods(namespace, TrialKey.parse(trial_key)[1]))
         if attempt is None:
             return ""
         try:
@@ -550,43 +388,10 @@ class PodExecutor:
     def describe(self, trial_key: str) -> dict | None:
         """The current attempt's pod: name, phase, node, attempt."""
         namespace, experiment, trial = TrialKey.parse(trial_key)
-        pods = self._list(namespace, experiment, force=True)
+        pods = self.listings.pods(namespace, experiment, force=True)
         attempt = self._current_attempt(trial_key, trial, pods)
         pod = pods.get(pod_spec.pod_name(trial, attempt)) if attempt is not None else None
         if pod is None:
             return None
         return {"trial_key": trial_key, "pod": pod["metadata"]["name"], "attempt": attempt,
                 "phase": (pod.get("status") or {}).get("phase"), "node": (pod.get("spec") or {}).get("nodeName")}
-
-
-def _trial_of(pod: Mapping[str, Any]) -> str:
-    key = (pod["metadata"].get("annotations") or {}).get(pod_spec.ANNOTATION_TRIAL_KEY, "")
-    return TrialKey.parse(key).trial if key else ""
-
-
-def _attempt_of(pod: Mapping[str, Any]) -> int:
-    try:
-        return int((pod["metadata"].get("labels") or {}).get(pod_spec.LABEL_ATTEMPT, 0))
-    except ValueError:
-        return 0
-
-
-def _decode_token(secret: Mapping[str, Any]) -> str:
-    import base64
-    return base64.b64decode((secret.get("data") or {})[pod_spec.TOKEN_KEY]).decode()
-
-
-def _kind(name: str) -> str:
-    return {"cpu": "CPU", "memory": "memory", pod_spec.GPU_RESOURCE: "GPU"}.get(name, name)
-
-
-_SUFFIXES = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
-             "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-
-
-def _parse_quantity(text: Any) -> float:
-    text = str(text)
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[:-len(suffix)]) * _SUFFIXES[suffix]
-    return float(text)

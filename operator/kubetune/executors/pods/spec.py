@@ -24,6 +24,7 @@ import math
 import re
 from typing import Any, Mapping
 
+from kubetune.executors.base import LaunchRequest
 from kubetune.executors.pods import kueue
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
 from kubetune.spec.pod_policy import KUEUE_PREFIX, restricted_defaults
@@ -308,3 +309,23 @@ def failure(pod: Mapping[str, Any]) -> tuple[str, bool]:
     if reason or status.get("message"):
         parts.insert(0, f"pod {reason or 'failed'}: {status.get('message') or ''}".rstrip(": "))
     return "; ".join(parts) or "pod failed", reason in _CLUSTER_REASONS or disrupted
+
+
+def trial_env(req: LaunchRequest, config_file: str, collector: str) -> dict[str, str]:
+    """What a trial's process reads (trainable/pod_session.py): who it is, where its
+    config is, how its results leave (``push`` to the ingest URL the caller adds, or
+    ``stdout``), and the checkpoint it resumes from and where it saves; in a pod, and
+    in a process of the operator's host (executors/local)."""
+    env = {"KUBETUNE_TRIAL": req.trial_key, "KUBETUNE_ATTEMPT": str(req.attempt),
+           "KUBETUNE_FIRST_SEQ": str(req.start_seq + 1),
+           "KUBETUNE_START_ITERATION": str(req.start_iteration),
+           "KUBETUNE_CONFIG_FILE": config_file}
+    if collector != "push":    # kubetune.report() prints its results
+        env["KUBETUNE_METRICS_COLLECTOR"] = collector
+    if req.checkpoint:
+        env["KUBETUNE_CHECKPOINT"] = req.checkpoint
+    if req.storage:
+        env["KUBETUNE_CHECKPOINT_STORAGE"] = req.storage
+        env["KUBETUNE_CHECKPOINT_OPTIONS"] = json.dumps(
+            {"keep_last": req.keep_last, "keep_best": req.keep_best, "metric": req.metric, "mode": req.mode})
+    return env
