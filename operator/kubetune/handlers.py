@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 
 import kopf
@@ -45,10 +46,12 @@ def _executor_factory(chosen: OperatorSettings):
 
 def _driver_process(chosen: OperatorSettings):
     """The executor of an address other than the operator's own: a Ray driver process
-    of its own (executors/ray/process.py)."""
-    def factory(address: str):
+    of its own (executors/ray/process.py), with none of the operator's credentials; the
+    token of that cluster's own if its allow-list entry names one (``token_env``)."""
+    def factory(address: str, token_env: str = ""):
         from kubetune.executors.ray.process import DriverProcess
-        return DriverProcess(address, {"lease_timeout_s": chosen.trial_lease_seconds})
+        return DriverProcess(address, {"lease_timeout_s": chosen.trial_lease_seconds},
+                             token=os.environ.get(token_env, "") if token_env else "")
     return factory
 
 
@@ -105,7 +108,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
                                          separate_factory=_driver_process(chosen),
                                          allow_local=chosen.allow_local_ray or not in_cluster(),
                                          idle_s=chosen.ray_driver_idle_seconds,
-                                         weights=dict(chosen.namespace_weights))}
+                                         weights=dict(chosen.namespace_weights),
+                                         allowed=chosen.ray_allowed_addresses, max_drivers=chosen.max_ray_drivers)}
         if chosen.pod_executor:   # off: nothing listens on the ingest port
             PODS = PodSupport(port=chosen.ingest_port, url=chosen.ingest_url, allow=chosen.pod_allow,
                               namespace_opt_in=chosen.pod_namespace_opt_in,

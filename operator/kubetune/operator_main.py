@@ -29,6 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a running Ray trial that no operator has called for this long stops and frees "
                              "its resources (its controller is gone); 0: never. Longer than any operator outage "
                              "you want trials to outlive")
+    parser.add_argument("--ray-allowed-addresses", action="append", default=None,
+                        help="the Ray clusters an Experiment's spec.ray.address may name besides --ray-address "
+                             "(comma-separated, repeatable): namespace-services (the default: a Service in the "
+                             "Experiment's own namespace, ray://<service>.<namespace>[.svc]:<port>), an exact "
+                             "address, or any (single-tenant only); ADDRESS=ENV makes that cluster's driver "
+                             "authenticate with the token in the operator's environment variable ENV. The "
+                             "operator's own Ray token and results URL never go to another cluster. An empty "
+                             "value allows no other cluster; a refused address fails the Experiment")
+    parser.add_argument("--max-ray-drivers", default=8,
+                        help="Ray driver processes (one per Ray cluster other than --ray-address) at once, "
+                             "1-256; past it an Experiment waits, its condition RayUnavailable saying so")
     parser.add_argument("--ray-driver-idle-seconds",
                         default=env_fallback("KUBETUNE_RAY_DRIVER_IDLE_SECONDS", "300"),
                         help="the driver process of a Ray address other than --ray-address ends once no "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kubetune.core.leadership import LEASE_DURATION_S
+from kubetune.spec import ray_allowlist
 from kubetune.spec.pod_policy import ALLOWANCES, unknown_allowances
 
 # <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT[_<NAME>], <SVC>_PORT[_<N>_<PROTO>[_PROTO|_PORT|_ADDR]]
@@ -61,6 +62,9 @@ class OperatorSettings:
     liveness: str = ""         # kopf liveness endpoint URL ("": none)
     metrics_port: int = 0      # 0: no metrics endpoint
     ray_driver_idle_seconds: float = 300.0   # a driver process no Experiment needs this long ends
+    # the Ray clusters an Experiment may name besides --ray-address (spec/ray_allowlist.py)
+    ray_allowed_addresses: tuple[ray_allowlist.Entry, ...] = ray_allowlist.parse(ray_allowlist.DEFAULT)
+    max_ray_drivers: int = 8                 # driver processes (other clusters) at once; then Experiments wait
     pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
     pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
     pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
@@ -121,6 +125,16 @@ def _flag_bool(raw: Any) -> bool:
     raise ValueError(text)
 
 
+def _allowed(items: Any) -> tuple[ray_allowlist.Entry, ...]:
+    try:
+        return ray_allowlist.parse(ray_allowlist.DEFAULT if items is None else items)
+    except ValueError as exc:
+        raise SettingError(f"--ray-allowed-addresses: {exc}") from None
+
+
+MAX_RAY_DRIVERS = 256
+
+
 def from_args(args: Any) -> OperatorSettings:
     """The settings of ``kubetune operator``'s parsed command line (operator_main.py);
     raises ``SettingError`` naming the first setting whose value is not valid."""
@@ -143,6 +157,9 @@ def from_args(args: Any) -> OperatorSettings:
         checkpoint_storage=args.checkpoint_storage,
         trial_lease_seconds=_seconds("trial_lease_seconds", args.trial_lease_seconds),
         ray_driver_idle_seconds=_seconds("ray_driver_idle_seconds", args.ray_driver_idle_seconds),
+        ray_allowed_addresses=_allowed(getattr(args, "ray_allowed_addresses", None)),
+        max_ray_drivers=_checked("max_ray_drivers", getattr(args, "max_ray_drivers", 8), int,
+                                 lambda v: 1 <= v <= MAX_RAY_DRIVERS, f"a number of processes 1-{MAX_RAY_DRIVERS}"),
         results_url=args.results_url,
         results_retention_days=_checked("results_retention_days", getattr(args, "results_retention_days", 0),
                                         float, lambda v: math.isfinite(v) and v >= 0, "a number of days >= 0"),

@@ -9,6 +9,7 @@ connection for everyone."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,19 @@ SECOND = "second_head"   # a resource only the second head has: a trial placed e
 
 
 DRIVER_MODULE = b"kubetune.executors.ray.process"
+
+
+# this module's Experiments name other clusters by loopback addresses, which the default
+# allow-list refuses (test_tenants.py): allowed here, with the session's Ray token, which
+# every test head shares (never the operator's own: it is passed by name, per cluster)
+ALLOW_OTHERS = ("--ray-allowed-addresses", "any=KUBETUNE_TEST_RAY_TOKEN")
+
+
+@pytest.fixture
+def operator(kube_cluster, ray_local, namespace, tmp_path):
+    process = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, namespace, extra_args=ALLOW_OTHERS).start()
+    yield process
+    process.stop_and_report()
 
 
 @pytest.fixture
@@ -104,9 +118,11 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
     from kubetune.executors.ray.errors import RayUnavailableError
     from kubetune.executors.ray.process import DriverProcess
 
-    driver = DriverProcess(ray_local)
+    driver = DriverProcess(ray_local, token=os.environ["KUBETUNE_TEST_RAY_TOKEN"])   # the operator's is scrubbed
     try:
         driver.connect()
+        environ = Path(f"/proc/{driver.pid}/environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if v.startswith((b"KUBETUNE_TEST_RAY_TOKEN=", b"KUBETUNE_RESULTS_URL="))]
         assert driver.list_trials("it/none/") == []
         first = driver.pid
         os.kill(first, signal.SIGKILL)          # e.g. Ray aborted the driver's process
@@ -122,7 +138,7 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
     script = tmp_path / "killed_operator.py"
     script.write_text("import os, signal, sys\n"
                       "from kubetune.executors.ray.process import DriverProcess\n"
-                      f"driver = DriverProcess({ray_local!r})\ndriver.connect()\n"
+                      f"driver = DriverProcess({ray_local!r}, token=os.environ['KUBETUNE_TEST_RAY_TOKEN'])\ndriver.connect()\n"
                       "print(driver.pid, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert done.stdout.strip(), done.stderr[-3000:]
@@ -171,7 +187,7 @@ def test_a_driver_process_ends_once_no_experiment_needs_its_address_and_starts_a
     api, ns = experiments_api, namespace
     client_address, other_address = second_head_addresses     # two addresses: two driver processes
     operator = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, ns,
-                               extra_args=("--ray-driver-idle-seconds", str(IDLE_S))).start()
+                               extra_args=("--ray-driver-idle-seconds", str(IDLE_S), *ALLOW_OTHERS)).start()
     try:
         gates = {"on-x": tmp_path / "gate-x", "on-y": tmp_path / "gate-y"}
         for name, address in (("on-x", client_address), ("on-y", other_address)):

@@ -64,7 +64,7 @@ def test_a_restored_finished_run_starts_nothing_unless_its_spec_reopens_it(reaso
 def test_registry_connects_each_address_on_its_own():
     made = []
     registry = RayPlatforms("ray://head:10001", lambda address: made.append(("own", address)),
-                               allow_local=False, separate_factory=lambda address: made.append(("separate", address)))
+                               allow_local=False, separate_factory=lambda address, token_env="": made.append(("separate", address)))
     typo = registry.get("ray://typo:10001")
     own = registry.get(registry.resolve(None))
     assert own.address == "ray://head:10001" and typo.address == "ray://typo:10001" and own is not typo
@@ -148,7 +148,7 @@ def test_deletion_is_retried_until_the_trials_are_gone():
 def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
     # a typo'd spec.ray.address: no Trial was ever created, so nothing ran there to end
     registry = RayPlatforms("ray://head:10001", lambda address: FlakyRay(0),
-                               separate_factory=lambda address: FlakyRay(unreachable=100))
+                               separate_factory=lambda address, token_env="": FlakyRay(unreachable=100))
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://typo:10001"}}}
     asyncio.run(OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList([]), checkpoint_storage="")
                 .delete("ns", "e", body))
@@ -394,7 +394,7 @@ def test_a_driver_nobody_needs_ends_after_the_grace_period_and_a_new_one_starts_
     made: list[Driver] = []
     now = [0.0]
     registry = RayPlatforms("ray://own:10001", lambda address: Driver([]), idle_s=60.0, clock=lambda: now[0],
-                               separate_factory=lambda address: Driver(made))
+                               separate_factory=lambda address, token_env="": Driver(made))
     other, own = registry.get("ray://other:10001"), registry.get("ray://own:10001")
 
     async def scenario() -> None:
@@ -423,7 +423,7 @@ def test_an_experiment_being_deleted_keeps_its_driver():
     made: list[Driver] = []
     now = [0.0]
     registry = RayPlatforms("ray://own:10001", lambda address: Driver([]), idle_s=10.0, clock=lambda: now[0],
-                               separate_factory=lambda address: Driver(made))
+                               separate_factory=lambda address, token_env="": Driver(made))
     state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList([]), checkpoint_storage="")
     body = {"metadata": {"name": "e", "namespace": "ns"}, "spec": {"ray": {"address": "ray://other:10001"}}}
 

@@ -43,7 +43,7 @@ class SpecIntake:
         self.status.spec_problem = None
         if ctx.runner is None:
             try:
-                ctx.platform = ctx.registry.platform_for(spec)
+                ctx.platform = ctx.registry.platform_for(spec, ctx.namespace)
             except PlatformRefused as error:
                 ctx.generation = generation
                 await self.status.fail_invalid_spec(str(error), generation, reason=error.reason)

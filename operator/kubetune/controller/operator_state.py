@@ -65,7 +65,7 @@ class OperatorState:
         ``give_up`` (the cleanup timeout has passed): a failed cleanup is abandoned
         instead, yet what this operator holds for the Experiment is let go all the same
         (the trials' own lease ends them: trainable/host.py); the error is re-raised."""
-        cluster = self.registry.cleanup_platform(body.get("spec") or {})
+        cluster = self.registry.cleanup_platform(body.get("spec") or {}, namespace)
         address = cluster.address if cluster is not None else ""
         self._deleting[address] = self._deleting.get(address, 0) + 1    # its driver stays meanwhile
         try:

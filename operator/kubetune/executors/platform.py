@@ -12,7 +12,7 @@ picks one by ``spec.executor``, as ``core/schedulers`` picks a scheduler by
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from kubetune.core.failures import FailureKind
 from kubetune.core.resources import ResourceLedger
@@ -97,28 +97,34 @@ class ExecutorPlatform:
     async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
         return []
 
+    async def in_thread(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)`` (a blocking executor call) in a thread: the event
+        loop's default pool unless the platform keeps threads of its own."""
+        return await asyncio.to_thread(call, *args, **kwargs)
+
     async def start(self, request: LaunchRequest) -> LaunchInfo:
-        return await asyncio.to_thread(self.executor.start, request)
+        return await self.in_thread(self.executor.start, request)
 
     async def poll(self, cursors: Mapping[str, int], *, wait_s: float = 0.0) -> dict[str, TrialUpdate]:
-        return await asyncio.to_thread(self.executor.poll, cursors, wait_s=wait_s)
+        return await self.in_thread(self.executor.poll, cursors, wait_s=wait_s)
 
     async def stop(self, trial_key: str) -> TrialUpdate | None:
-        return await asyncio.to_thread(self.executor.stop, trial_key)
+        return await self.in_thread(self.executor.stop, trial_key)
 
     async def pause(self, trial_key: str, *, after_seq: int | None) -> TrialUpdate | None:
-        return await asyncio.to_thread(self.executor.pause, trial_key, after_seq=after_seq)
+        return await self.in_thread(self.executor.pause, trial_key, after_seq=after_seq)
 
     async def list_trials(self, prefix: str) -> list[str]:
-        return await asyncio.to_thread(self.executor.list_trials, prefix)
+        return await self.in_thread(self.executor.list_trials, prefix)
 
 
 class PlatformProvider(Protocol):
     """Operator-wide, one per executor package: the platform of each Experiment."""
 
-    def platform_for(self, spec: ExperimentSpec) -> Platform:
-        """Raises ``PlatformRefused`` for a platform this operator does not use."""
-    def cleanup_platform(self, spec: Mapping[str, Any]) -> Platform | None:
+    def platform_for(self, spec: ExperimentSpec, namespace: str) -> Platform:
+        """The platform of an Experiment of ``namespace``; raises ``PlatformRefused`` for
+        one this operator does not use for it (before any connection)."""
+    def cleanup_platform(self, spec: Mapping[str, Any], namespace: str) -> Platform | None:
         """Where a deleted Experiment's runs must be ended (``spec``: as stored, maybe
         invalid); None when nothing needs ending there (nothing ran, or the garbage
         collector ends them with the Trials)."""
@@ -144,12 +150,12 @@ class PlatformRegistry:
                 executor, f"executor: {executor} is not offered by this operator"))
         return self.providers[executor]
 
-    def platform_for(self, spec: ExperimentSpec) -> Platform:
-        return self._provider(spec.executor).platform_for(spec)
+    def platform_for(self, spec: ExperimentSpec, namespace: str) -> Platform:
+        return self._provider(spec.executor).platform_for(spec, namespace)
 
-    def cleanup_platform(self, spec: Mapping[str, Any]) -> Platform | None:
+    def cleanup_platform(self, spec: Mapping[str, Any], namespace: str) -> Platform | None:
         provider = self.providers.get(spec.get("executor") or DEFAULT_EXECUTOR)
-        return provider.cleanup_platform(spec) if provider is not None else None
+        return provider.cleanup_platform(spec, namespace) if provider is not None else None
 
     async def policy_violations(self, namespace: str, spec: ExperimentSpec) -> list[str]:
         provider = self.providers.get(spec.executor)

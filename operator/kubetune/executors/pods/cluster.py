@@ -111,10 +111,10 @@ class PodPlatforms:
     def __init__(self, platform: PodPlatform) -> None:
         self.platform = platform
 
-    def platform_for(self, spec: ExperimentSpec) -> PodPlatform:
+    def platform_for(self, spec: ExperimentSpec, namespace: str) -> PodPlatform:
         return self.platform
 
-    def cleanup_platform(self, spec: Mapping[str, Any]) -> None:
+    def cleanup_platform(self, spec: Mapping[str, Any], namespace: str) -> None:
         """None: the garbage collector removes a deleted Experiment's pods with its Trials."""
         return None
 

@@ -59,7 +59,7 @@ def batch(value: Any, key: str, limit: int) -> dict:
     results = value.get("results")
     if not isinstance(results, list) or len(results) > limit:
         raise _reject("results", f"must be a list of at most {limit}")
-    checked = {"state": state, "results": [_result(r, key, f"results[{i}]") for i, r in enumerate(results)],
+    checked = {"state": state, "results": [result(r, key, f"results[{i}]") for i, r in enumerate(results)],
                "error": _text(value.get("error") or "", "error", MAX_ERROR_CHARS, optional=False),
                "attempt": _int(value.get("attempt"), "attempt", optional=True, low=0),
                # a fresh trial's runner starts before the first result: last_seq -1, first seq 0
@@ -83,7 +83,7 @@ def _epoch(value: Any, field: str) -> float | None:
     return float(value)
 
 
-def _result(value: Any, key: str, field: str) -> dict:
+def result(value: Any, key: str, field: str) -> dict:
     if not isinstance(value, dict):
         raise _reject(field, "must be an object")
     try:

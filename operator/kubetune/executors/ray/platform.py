@@ -15,16 +15,28 @@ to its ServiceAccount token, so it is refused there unless the operator allows i
 A driver process lives as long as some Experiment needs its address: once none has
 for ``idle_s`` (finished, deleted, moved to another address), ``retire_idle`` ends it,
 and the next Experiment that names the address starts a new one.  The grace period
-keeps a deleted-and-re-applied Experiment from stopping and starting it again."""
+keeps a deleted-and-re-applied Experiment from stopping and starting it again.
+
+Which other addresses an Experiment may name is the operator's choice (issue 25, N2):
+its allow-list (spec/ray_allowlist.py, ``--ray-allowed-addresses``) is asked before any
+connection, and an address it does not hold fails the Experiment (``RayAddressRefused``).
+Another cluster may be a tenant's own, so its driver process is treated as the tenant's
+(process.py: no credentials, JSON answers checked), its calls run on threads of its own
+(a cluster that never answers holds those, not the operator's shared pool), and at most
+``max_drivers`` run at once: past that an Experiment waits, its RayUnavailable condition
+saying so."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
+from kubetune.spec import ray_allowlist
 from kubetune.spec.model import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -32,6 +44,7 @@ log = logging.getLogger(__name__)
 CAPACITY_REFRESH_SECONDS = 2.0
 MAX_RECONNECT_BACKOFF_SECONDS = 30.0
 DRIVER_IDLE_SECONDS = 300.0
+DRIVER_THREADS = 4      # calls in flight to one other cluster's driver process
 
 
 class RayPlatform(ExecutorPlatform):
@@ -41,8 +54,13 @@ class RayPlatform(ExecutorPlatform):
     idle_connection_ends = True     # a driver process nobody needs is ended (retire)
 
     def __init__(self, address: str, executor_factory: Callable[[str], Any],
-                 clock: Callable[[], float] = time.time, weights: Mapping[str, float] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, weights: Mapping[str, float] | None = None, *,
+                 admit: Callable[[], str] | None = None, threads: int = 0) -> None:
         self.address = address
+        self._admit = admit     # "" or why a new connection must wait (the driver-process cap)
+        # threads of its own (0: the event loop's default pool), made when first needed
+        self._thread_count = threads
+        self._threads: ThreadPoolExecutor | None = None
         self.ledger = ResourceLedger()
         self.ledger.set_weights(dict(weights or {}))    # namespace -> weight (core/fair_share.py)
         self._executor_factory = executor_factory
@@ -73,10 +91,15 @@ class RayPlatform(ExecutorPlatform):
             now = self._clock()
             if now < self._next_attempt:
                 return False
+            if self.executor is None and self._admit is not None:
+                waiting = self._admit()     # asked and taken with no await in between: atomic
+                if waiting:
+                    self.last_error = waiting
+                    return False
             try:
                 if self.executor is None:
                     self.executor = self._executor_factory(self.address)
-                await asyncio.to_thread(self.executor.connect)
+                await self.in_thread(self.executor.connect)
                 self._requested = None     # a cluster that came back knows no request of ours
                 await self._refresh_capacity_locked(force=True)
             except Exception as error:  # noqa: BLE001 - any failure to reach Ray means "unavailable"
@@ -88,6 +111,13 @@ class RayPlatform(ExecutorPlatform):
             self.last_error = ""
             self._backoff = 1.0
             return True
+
+    async def in_thread(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not self._thread_count:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self._thread_count, thread_name_prefix=f"ray {self.address}")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
 
     def mark_unavailable(self, error: BaseException | str) -> None:
         """A call failed because the cluster went away: reconnect before the next call."""
@@ -112,8 +142,8 @@ class RayPlatform(ExecutorPlatform):
                     return False
                 try:
                     if self.last_error:
-                        await asyncio.to_thread(executor.connect)
-                    await asyncio.to_thread(executor.request_resources, [])
+                        await self.in_thread(executor.connect)
+                    await self.in_thread(executor.request_resources, [])
                 except Exception as error:  # noqa: BLE001 - Ray unreachable: retried next check
                     log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
                     return False
@@ -121,13 +151,16 @@ class RayPlatform(ExecutorPlatform):
             self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
             self._requested, self._capacity_at = None, float("-inf")
             self.retired = True
-            await asyncio.to_thread(getattr(executor, "close", None) or executor.disconnect)
+            await self.in_thread(getattr(executor, "close", None) or executor.disconnect)
+            if self._threads is not None:     # its threads go with it, until the next use
+                self._threads.shutdown(wait=False)
+                self._threads = None
             return True
 
     async def end_runs(self, prefix: str) -> bool:
         if not await self.ensure_connected():
             return False
-        stopped = await asyncio.to_thread(self.executor.stop_all, prefix)
+        stopped = await self.in_thread(self.executor.stop_all, prefix)
         if stopped:
             log.info("%s: stopped %d actors of the finished experiment", prefix.rstrip("/"), stopped)
         # the trials it left queued are out of the ledger: withdraw their autoscaler demand
@@ -138,8 +171,8 @@ class RayPlatform(ExecutorPlatform):
 
     async def end_all(self, prefix: str) -> int:
         # every actor and placement group under the experiment, pooled workers included
-        await asyncio.to_thread(self.executor.stop_all, prefix)
-        return await asyncio.to_thread(self.executor.remaining, prefix)
+        await self.in_thread(self.executor.stop_all, prefix)
+        return await self.in_thread(self.executor.remaining, prefix)
 
     async def release(self, trial_keys: list[str]) -> None:
         for key in trial_keys:
@@ -155,9 +188,9 @@ class RayPlatform(ExecutorPlatform):
         now = self._clock()
         if not force and now - self._capacity_at < CAPACITY_REFRESH_SECONDS:
             return
-        capacity = await asyncio.to_thread(self.executor.cluster_resources)
+        capacity = await self.in_thread(self.executor.cluster_resources)
         # a Ray call (the first one reads the autoscaler's config on the head): in a thread
-        node_types = await asyncio.to_thread(getattr(self.executor, "node_types", lambda: None))
+        node_types = await self.in_thread(getattr(self.executor, "node_types", lambda: None))
         self.ledger.set_capacity(Resources.from_ray(capacity.total),
                                  [Resources.from_ray(node.total) for node in capacity.nodes] or None,
                                  node_types)
@@ -186,7 +219,7 @@ class RayPlatform(ExecutorPlatform):
         bundles = [bundle.to_ray() for bundle in self.ledger.autoscaler_request()] if waiting else []
         if bundles == self._requested:
             return
-        await asyncio.to_thread(self.executor.request_resources, bundles)
+        await self.in_thread(self.executor.request_resources, bundles)
         self._requested = bundles
 
 
@@ -207,17 +240,23 @@ class RayPlatforms:
     ``spec.executor: ray``).
 
     ``executor_factory`` makes the executor of ``default_address`` (this process's Ray
-    driver); ``separate_factory`` that of any other address (a driver process of its
-    own).  Without it (``kubetune run``: one Experiment, one address) other addresses
-    are refused."""
+    driver); ``separate_factory(address, token_env)`` that of any other address (a
+    driver process of its own; ``token_env``: the environment variable holding that
+    cluster's token, from its allow-list entry).  Without it (``kubetune run``: one
+    Experiment, one address) other addresses are refused.  ``allowed``: the other
+    addresses an Experiment may name (None: any, as in ``kubetune run``); ``max_drivers``:
+    driver processes at once (0: no limit)."""
 
     def __init__(self, default_address: str, executor_factory: Callable[[str], Any], *, allow_local: bool = True,
-                 separate_factory: Callable[[str], Any] | None = None,
+                 separate_factory: Callable[[str, str], Any] | None = None,
                  idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic,
-                 weights: Mapping[str, float] | None = None) -> None:
+                 weights: Mapping[str, float] | None = None,
+                 allowed: tuple[ray_allowlist.Entry, ...] | None = None, max_drivers: int = 0) -> None:
         self.default_address = default_address
         self.weights = dict(weights or {})
         self.idle_s = idle_s
+        self.allowed = allowed
+        self.max_drivers = max_drivers
         self._clock = clock
         # separate addresses no Experiment needs: since when, and the handle's use count then
         self._idle_since: dict[str, tuple[float, int]] = {}
@@ -229,14 +268,14 @@ class RayPlatforms:
     def resolve(self, requested: str | None) -> str:
         return requested or self.default_address
 
-    def platform_for(self, spec: ExperimentSpec) -> RayPlatform:
-        return self.get(self.resolve(spec.ray.address))
+    def platform_for(self, spec: ExperimentSpec, namespace: str) -> RayPlatform:
+        return self.get(self.resolve(spec.ray.address), namespace)
 
-    def cleanup_platform(self, spec: Mapping[str, Any]) -> RayPlatform | None:
+    def cleanup_platform(self, spec: Mapping[str, Any], namespace: str) -> RayPlatform | None:
         """The Ray cluster a deleted Experiment's trials ran on; None for an address this
-        operator refuses (nothing ran there)."""
+        operator refuses (nothing ran there, and nothing connects there now)."""
         try:
-            return self.get(self.resolve((spec.get("ray") or {}).get("address")))
+            return self.get(self.resolve((spec.get("ray") or {}).get("address")), namespace)
         except PlatformRefused:
             return None
 
@@ -246,22 +285,40 @@ class RayPlatforms:
     def platforms(self) -> list[RayPlatform]:
         return list(self._handles.values())
 
-    def get(self, address: str) -> RayPlatform:
+    def get(self, address: str, namespace: str | None = None) -> RayPlatform:
+        """The platform of ``address``; for an Experiment of ``namespace``, only an address
+        the allow-list lets it name (else ``RayAddressRefused``, before any connection)."""
+        entry = None
+        if address != self.default_address and self.allowed is not None:
+            entry = ray_allowlist.match(address, namespace or "", self.allowed)
+            if entry is None:
+                raise RayAddressRefused(ray_allowlist.refusal(address, self.default_address, self.allowed))
         if address == "local" and not self.allow_local:
             raise RayAddressRefused(
                 "Ray address 'local' would run trials inside the operator's pod, next to its "
                 "ServiceAccount token; start the operator with --allow-local-ray to allow it")
         if address not in self._handles:
             if address == self.default_address:
-                factory = self._executor_factory
+                self._handles[address] = RayPlatform(address, self._executor_factory, weights=self.weights)
             elif self._separate_factory is not None:
-                factory = self._separate_factory
+                separate, token_env = self._separate_factory, entry.token_env if entry is not None else ""
+                self._handles[address] = RayPlatform(address, lambda a: separate(a, token_env), weights=self.weights,
+                                                     admit=self._admit_driver, threads=DRIVER_THREADS)
             else:
                 raise RayAddressRefused(
                     f"this run serves Ray at {self.default_address!r} only; spec.ray.address {address!r} "
                     "needs `kubetune operator`, which connects to each address an Experiment names")
-            self._handles[address] = RayPlatform(address, factory, weights=self.weights)
         return self._handles[address]
+
+    def _admit_driver(self) -> str:
+        """"" if one more driver process may start, else why the Experiment waits."""
+        running = sum(1 for address, handle in self._handles.items()
+                      if address != self.default_address and handle.executor is not None)
+        if self.max_drivers and running >= self.max_drivers:
+            return (f"waiting for a Ray driver process: this operator runs at most {self.max_drivers} at once "
+                    "(operator flag --max-ray-drivers, Helm value ray.maxDriverProcesses), all serving other "
+                    "Ray addresses; one ends once no Experiment has used its address for a while")
+        return ""
 
     async def retire_idle(self, in_use: set[str]) -> list[str]:
         """End the driver processes of the addresses (other than the operator's own) that

@@ -18,8 +18,16 @@ The operator keeps its own in-process driver for the address it was started with
 other address gets a ``DriverProcess``, which has the executor's methods and runs them
 in a child running ``RayExecutor``.  Calls go over a socket pair as pickled
 ``(id, method, args, kwargs)`` and run concurrently in threads of the child (the
-executor is thread-safe), so a long poll does not hold up a stop.  The child ends when
-the operator does (it reads end-of-file on its socket), so an operator that is killed
+executor is thread-safe), so a long poll does not hold up a stop.
+
+The child talks to a Ray cluster the operator does not control (an allow-listed one,
+by default a Service in the Experiment's own namespace: a tenant's), and Ray Client
+unpickles what that cluster sends, so the child is not trusted either (issue 25, N2):
+it starts with none of the operator's credentials (``scrubbed_environment``: no Ray
+token, no results-store URL, nothing named like a secret; the token of its own cluster
+if the allow-list names one), and it answers as bounded JSON that the operator checks
+field by field (driver_wire.py); an answer that fails a check ends the child.  The
+child ends when the operator does (it reads end-of-file on its socket), so an operator that is killed
 leaves no driver behind; trials are detached actors and outlive both.
 """
 from __future__ import annotations
@@ -28,7 +36,6 @@ import itertools
 import json
 import logging
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -39,6 +46,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
 from kubetune.executors.base import ExecutorError, PlatformUnavailableError
+from kubetune.executors.ray import driver_wire
+from kubetune.executors.ray.driver_wire import CONNECTION_ERRORS, WireError
 from kubetune.executors.ray.errors import RayUnavailableError
 
 log = logging.getLogger(__name__)
@@ -51,8 +60,11 @@ CONNECT_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 300.0
 CALLS = frozenset({"connect", "disconnect", "start", "poll", "stop", "pause", "list_trials", "stop_all",
                    "remaining", "cluster_resources", "node_types", "request_resources", "logs", "describe"})
-CONNECTION_ERRORS = frozenset({"RayUnavailableError", "RpcError", "RaySystemError", "ConnectionError",
-                               "GetTimeoutError"})
+# what the operator's environment holds that no other cluster's driver may see: its own
+# Ray token and results-store URL, and whatever is named like a credential
+SECRET_ENVIRONMENT = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "KUBETUNE_RESULTS_URL",
+                                "DATABASE_URL", "PGPASSWORD", "KUBECONFIG"})
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "AUTH", "_URL", "DSN")
 
 
 class DriverProcess:
@@ -60,9 +72,11 @@ class DriverProcess:
     ``options``: that executor's keyword arguments (JSON values)."""
 
     def __init__(self, address: str, options: Mapping[str, Any] | None = None, *,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, call_timeout_s: float = CALL_TIMEOUT_S,
+                 token: str = "") -> None:
         self.address = address
         self._options = dict(options or {})
+        self._token = token       # this cluster's own Ray token ("": none), never the operator's
         self._connect_timeout_s = connect_timeout_s
         self._call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
@@ -72,7 +86,7 @@ class DriverProcess:
         """Start the child if it is not running, and connect it to Ray.  Idempotent."""
         with self._lock:
             if self._child is None or self._child.ended:
-                self._child = _Child(self.address, self._options)
+                self._child = _Child(self.address, self._options, scrubbed_environment(self._token))
         self._call("connect", timeout_s=self._connect_timeout_s)
 
     def close(self) -> None:
@@ -145,10 +159,20 @@ class DriverProcess:
         return self._call("describe", trial_key)
 
 
+def scrubbed_environment(token: str = "", environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The operator's environment without its credentials; ``token``: the cluster's own."""
+    environ = os.environ if environ is None else environ
+    clean = {k: v for k, v in environ.items()
+             if k not in SECRET_ENVIRONMENT and not any(word in k.upper() for word in SECRET_WORDS)}
+    if token:
+        clean.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    return clean
+
+
 class _Child:
     """One driver process and the calls waiting for its answers."""
 
-    def __init__(self, address: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, address: str, options: Mapping[str, Any], environment: Mapping[str, str]) -> None:
         self.address = address
         ours, theirs = socket.socketpair()
         try:
@@ -156,11 +180,11 @@ class _Child:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kubetune.executors.ray.process", str(theirs.fileno()),
                  json.dumps({"address": address, **options})],
-                pass_fds=(theirs.fileno(),))
+                pass_fds=(theirs.fileno(),), env=dict(environment))
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Future, str, tuple, dict]] = {}   # the call each waits for
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
         self.ended = ""     # why the child is gone ("" while it runs)
@@ -172,7 +196,7 @@ class _Child:
             if self.ended:
                 raise RayUnavailableError(self.address, self.ended)
             call_id = next(self._ids)
-            self._pending[call_id] = future
+            self._pending[call_id] = (future, method, args, kwargs)
             try:
                 self._conn.send((call_id, method, args, kwargs))
             except (OSError, ValueError) as exc:
@@ -189,16 +213,24 @@ class _Child:
     def _read(self) -> None:
         while True:
             try:
-                call_id, ok, payload = self._conn.recv()
+                data = self._conn.recv_bytes(driver_wire.MAX_ANSWER_BYTES)
             except (EOFError, OSError):
-                break
+                break      # gone, or an answer too large: the child is ended below
             try:
-                value = pickle.loads(payload)
-            except Exception as exc:  # noqa: BLE001 - an answer this process cannot read
-                ok, value = False, ExecutorError(f"unreadable answer from the Ray driver process: {exc}")
-            future = self._pending.get(call_id)
-            if future is not None and not future.done():
-                future.set_result((ok, value))
+                call_id, ok, value = driver_wire.read_envelope(data)
+                waiting = self._pending.get(call_id)
+                if waiting is not None:
+                    future, method, args, kwargs = waiting
+                    answer = driver_wire.decode(method, value, args, kwargs) if ok \
+                        else driver_wire.decode_error(value, self.address)
+                    if not future.done():
+                        future.set_result((ok, answer))
+            except WireError as exc:
+                # a child that answers what kubetune's executor never sends is not trusted again
+                log.error("the Ray driver process for %s sent an answer the operator does not take (%s): "
+                          "ending it", self.address, exc)
+                self.process.kill()
+                break
         try:
             code = self.process.wait(30)
         except subprocess.TimeoutExpired:
@@ -206,7 +238,7 @@ class _Child:
             code = self.process.wait()
         with self._send_lock:
             self.ended = f"its driver process exited (code {code})"
-            pending, self._pending = list(self._pending.values()), {}
+            pending, self._pending = [waiting[0] for waiting in self._pending.values()], {}
         for future in pending:
             if not future.done():
                 future.set_result((False, RayUnavailableError(self.address, self.ended)))
@@ -219,20 +251,8 @@ class _Child:
 
 # ---------------------------------------------------------------- the child
 
-def _portable(error: BaseException) -> BaseException:
-    """An error the operator can unpickle, keeping whether it is Ray being unreachable."""
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:  # noqa: BLE001 - e.g. an exception class with a required argument
-        text = f"{type(error).__name__}: {error}"
-        if type(error).__name__ in CONNECTION_ERRORS:
-            return RayUnavailableError("", text)
-        return ExecutorError(text)
-
-
 def serve(conn: Connection, executor: Any) -> None:
-    """Answer calls until the operator closes its end."""
+    """Answer calls until the operator closes its end (as JSON: driver_wire.py)."""
     send_lock = threading.Lock()
     pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="ray-call")
 
@@ -240,22 +260,18 @@ def serve(conn: Connection, executor: Any) -> None:
         try:
             if method not in CALLS:
                 raise ExecutorError(f"no executor call {method!r}")
-            ok, value = True, getattr(executor, method)(*args, **kwargs)
+            payload = driver_wire.envelope(call_id, True, getattr(executor, method)(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
-            ok, value = False, _portable(exc)
-        try:
-            payload = pickle.dumps(value)
-        except Exception as exc:  # noqa: BLE001
-            ok, payload = False, pickle.dumps(ExecutorError(f"{method} answered what cannot be sent: {exc}"))
+            payload = driver_wire.envelope(call_id, False, exc)
         with send_lock:
             try:
-                conn.send((call_id, ok, payload))
+                conn.send_bytes(payload)
             except OSError:
                 pass     # the operator is gone; the loop below ends
 
     while True:
         try:
-            call_id, method, args, kwargs = conn.recv()
+            call_id, method, args, kwargs = conn.recv()     # the operator's own pickles
         except (EOFError, OSError):
             return
         pool.submit(answer, call_id, method, args, kwargs)

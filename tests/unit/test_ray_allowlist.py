@@ -1,0 +1,140 @@
+"""The operator chooses which Ray clusters it talks to (issue 25, N2): the allow-list, the
+driver processes' cap and threads, and their scrubbed environment."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+
+import pytest
+
+from kubetune.executors.base import ClusterResources
+from kubetune.executors.platform import PlatformRegistry
+from kubetune.executors.ray.platform import RayAddressRefused, RayPlatforms
+from kubetune.executors.ray.process import scrubbed_environment
+from kubetune.operator_main import add_arguments
+from kubetune.settings import SettingError, from_args
+from kubetune.spec import ray_allowlist
+
+OWN = "ray://kuberay-head.kubetune:10001"
+
+
+@pytest.mark.parametrize("address,namespace,allowed", [
+    ("ray://head.team-a:10001", "team-a", True),
+    ("ray://head.team-a.svc:10001", "team-a", True),
+    ("ray://head.team-a.svc.cluster.local:10001", "team-a", True),
+    ("ray://head.team-b:10001", "team-a", False),             # another tenant's Service
+    ("ray://head.team-b.svc:10001", "team-a", False),
+    ("ray://127.0.0.1:10001", "team-a", False),
+    ("ray://10.0.0.7:10001", "team-a", False),
+    ("ray://evil.example.com:10001", "team-a", False),
+    ("ray://evil.example.team-a:10001", "team-a", False),     # not <service>.<namespace>
+    ("ray://head.team-a.svc.cluster.local.evil.com:1", "team-a", False),
+    ("ray://head.team-a:10001/x", "team-a", False),
+    ("ray://head.team-a:10001", "", False),                    # no namespace: nothing of a namespace's
+    ("head.team-a:6379", "team-a", False),                     # a GCS address: a driver of the operator's own
+    ("auto", "team-a", False), ("local", "team-a", False),
+])
+def test_the_default_allows_services_of_the_experiments_own_namespace_only(address, namespace, allowed):
+    entries = ray_allowlist.parse(ray_allowlist.DEFAULT)
+    assert (ray_allowlist.match(address, namespace, entries) is not None) is allowed
+
+
+def test_listed_addresses_carry_their_own_token_variable_and_bad_entries_are_named():
+    entries = ray_allowlist.parse(["ray://shared.ml:10001=SHARED_RAY_TOKEN, namespace-services"])
+    assert ray_allowlist.match("ray://shared.ml:10001", "x", entries).token_env == "SHARED_RAY_TOKEN"
+    assert ray_allowlist.match("ray://shared.ml:10002", "x", entries) is None
+    assert ray_allowlist.parse([""]) == ()           # Helm's empty list: no other cluster
+    for bad, why in (("ray://a.b:1=not a name", "environment variable"), ("http://a.b", "expected namespace-services"),
+                     ("ray://a.b", "expected namespace-services")):
+        with pytest.raises(ValueError, match=why) as refused:
+            ray_allowlist.parse([bad])
+        assert repr(bad) in str(refused.value)
+
+
+def settings(*flags: str):
+    """The settings of `kubetune operator <flags>`, parsed by its own argument parser."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args(["--ray-address", OWN, *flags]))
+
+
+def test_the_settings_name_the_flag_of_a_bad_value_and_default_to_namespace_services():
+    assert settings().ray_allowed_addresses == (ray_allowlist.Entry("namespace-services"),)
+    assert settings("--ray-allowed-addresses=").ray_allowed_addresses == ()
+    assert settings("--ray-allowed-addresses", "ray://a.b:1=T", "--ray-allowed-addresses", "any").ray_allowed_addresses \
+        == (ray_allowlist.Entry("ray://a.b:1", "T"), ray_allowlist.Entry("any"))
+    assert settings("--max-ray-drivers", "3").max_ray_drivers == 3
+    with pytest.raises(SettingError, match="--ray-allowed-addresses"):
+        settings("--ray-allowed-addresses", "ftp://x")
+    with pytest.raises(SettingError, match="--max-ray-drivers"):
+        settings("--max-ray-drivers", "0")
+
+
+class Driver:
+    """A driver process's executor, as far as the platform calls it; counts connects."""
+
+    def __init__(self, made: list, address: str, token_env: str = "") -> None:
+        made.append((address, token_env))
+        self.threads: list[str] = []
+
+    def connect(self):
+        self.threads.append(threading.current_thread().name)
+
+    def cluster_resources(self):
+        return ClusterResources({"CPU": 1.0}, {"CPU": 1.0}, [])
+
+    def request_resources(self, bundles):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_refused_address_fails_before_any_connection_and_names_the_allow_list():
+    made: list = []
+    providers = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
+                             allowed=ray_allowlist.parse(ray_allowlist.DEFAULT))
+    registry = PlatformRegistry({"ray": providers})
+    with pytest.raises(RayAddressRefused) as refused:
+        providers.get("ray://127.0.0.1:6379", "team-a")
+    assert refused.value.reason == "RayAddressRefused"
+    assert "--ray-allowed-addresses" in str(refused.value) and "ray.allowedAddresses" in str(refused.value)
+    # a deleted Experiment that named it: nothing to clean up there, and no connection either
+    assert registry.cleanup_platform({"ray": {"address": "ray://head.team-b:1"}}, "team-a") is None
+    # an address allowed to one namespace is not to another, even once connected
+    assert providers.get("ray://head.team-a:10001", "team-a")
+    with pytest.raises(RayAddressRefused):
+        providers.get("ray://head.team-a:10001", "team-b")
+    assert providers.get(OWN, "team-b").address == OWN      # its own: always
+    assert made == []
+
+
+def test_driver_processes_are_capped_run_on_threads_of_their_own_and_get_their_clusters_token():
+    made: list = []
+    providers = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
+                             allowed=ray_allowlist.parse(["any=OTHER_TOKEN"]), max_drivers=1)
+
+    async def run():
+        first = providers.get("ray://a.x:1", "x")
+        second = providers.get("ray://b.x:1", "x")
+        assert await first.ensure_connected()
+        assert not await second.ensure_connected()
+        assert "--max-ray-drivers" in second.last_error and "ray.maxDriverProcesses" in second.last_error
+        assert second.executor is None
+        assert made == [("ray://a.x:1", "OTHER_TOKEN")]
+        assert first.executor.threads == ["ray ray://a.x:1_0"]     # not the loop's shared pool
+        # once the first is retired (no Experiment needs it), the second may start
+        assert await first.retire(first.uses)
+        assert await second.ensure_connected()
+        assert [a for a, _ in made] == ["ray://a.x:1", "ray://b.x:1"]
+    asyncio.run(run())
+
+
+def test_a_driver_process_gets_none_of_the_operators_credentials():
+    environ = {"RAY_AUTH_TOKEN": "operator", "RAY_AUTH_MODE": "token", "KUBETUNE_RESULTS_URL": "postgresql://u:p@db",
+               "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t", "PGPASSWORD": "p", "OTHER_TOKEN": "o",
+               "PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app"}
+    assert scrubbed_environment(environ=environ) == {"PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app"}
+    assert scrubbed_environment("cluster-token", environ) == {
+        "PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "cluster-token"}
