@@ -5,6 +5,8 @@ operator from inside its own trial process, the way any tenant's code could.
   ``config["marker"]`` (with the pid of the process that unpickled it): ``how: answer``
   puts it into the answer the host encodes, ``how: return`` makes the actor method
   return it as Ray's own return value.  It keeps reporting until stopped.
+- ``poisons``        reports NUL bytes, lone surrogates and a long string in its metrics,
+  then fails with an error message made of them.
 - ``claims``         makes its host describe itself as hosting ``config["claim"]``
   (another trial's key) and answer fetches for it, then reports until stopped.
 """
@@ -67,3 +69,10 @@ def claims(config: dict) -> None:
         cls._describe_locked = describe
         cls._runner_for = lambda self, trial_key: self._runner     # and answer fetches for it
     _report_until_stopped(config)
+
+
+def poisons(config: dict) -> None:
+    """Strings a database, an encoder or the API server may refuse, in results and an error."""
+    kubetune.report({"loss": 1.0, "tag": "nul\0here", "odd": "lone\udcffsurrogate"})
+    kubetune.report({"loss": 0.5, "long": "x" * (256 << 10), "nul\0name": 2.0})
+    raise RuntimeError("poison\0\udcff" + "y" * (1 << 20))
