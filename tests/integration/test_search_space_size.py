@@ -16,7 +16,7 @@ from kube_fixtures import wait_for
 from test_chart import helm, render  # noqa: F401 (helm: fixture)
 from kubetune.spec import parse_experiment
 from kubetune.spec.model import SpecError
-from kubetune.spec.parse import MAX_SEARCH_SPACE_SIZE, search_space_size
+from kubetune.spec.search_space import MAX_SEARCH_SPACE_SIZE, search_space_size
 
 pytestmark = pytest.mark.integration
 

@@ -246,7 +246,7 @@ def test_unknown_names_are_errors_in_core_too():
 
 def test_the_search_space_size_policy_counts_to_the_parsers_limit():
     # the chart's admission policy refuses at apply what the parser refuses later
-    from kubetune.spec.parse import MAX_SEARCH_SPACE_SIZE
+    from kubetune.spec.search_space import MAX_SEARCH_SPACE_SIZE
     policy = (CRD.parents[1] / "charts" / "kubetune" / "templates" / "search-space-size-policy.yaml").read_text()
     assert re.search(r"\$limit := (\d+)", policy).group(1) == str(MAX_SEARCH_SPACE_SIZE)
     # the same sum: name + 32, each choice string's length, 8 per number or boolean
@@ -254,7 +254,7 @@ def test_the_search_space_size_policy_counts_to_the_parsers_limit():
 
 
 def test_the_search_space_size_counts_names_and_choice_strings():
-    from kubetune.spec.parse import search_space_size
+    from kubetune.spec.search_space import search_space_size
     space = {"lr": {"uniform": [0, 1]}, "act": {"choice": ["relu", "gelu", 3, True, 0.5]}}
     assert search_space_size(space) == (2 + 32) + (3 + 32 + 4 + 4 + 8 + 8 + 8)
     big = {f"p{i}": {"choice": ["v" * 256] * 256} for i in range(2)}

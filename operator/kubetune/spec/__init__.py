@@ -1,5 +1,9 @@
 """The Experiment data model: parse and validate Experiment CR specs (pure, no I/O).
 
+``parse.py`` reads a spec part by part, ``fields.py`` one field (its type, bounds and the
+error naming it), ``search_space.py`` the search space, ``objectives.py`` what is
+optimised and already known; ``model.py`` is what they build.
+
 ``results.py``: what a reported result may hold, and ``Result`` with its one wire
 format (``to_wire``/``from_wire``), shared by every collector and executor.
 

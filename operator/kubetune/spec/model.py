@@ -219,7 +219,7 @@ PARAM_REFERENCE = re.compile(r"\$\{params\.([^}]*)\}")
 
 # A pod trial sees each parameter as the environment variable KUBETUNE_PARAM_<NAME>.
 # The CRD allows these characters in a name (so its CEL rule can map names the same way)
-# and refuses two names with one variable; parse.py checks the same for `kubetune run`.
+# and refuses two names with one variable; spec/search_space.py checks the same for `kubetune run`.
 PARAM_ENV_PREFIX = "KUBETUNE_PARAM_"
 PARAM_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 

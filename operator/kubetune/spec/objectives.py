@@ -1,12 +1,13 @@
 """The parts of an Experiment spec about what is optimised and what is already known:
 ``objective`` or ``objectives``, ``constraints``, ``warmStart`` and
 ``search.initialPoints``. Kept apart from ``parse.py`` so each stays readable; the
-helpers are the same ones (``parse._mapping`` ...)."""
+helpers are the same ones (spec/fields.py)."""
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping
 
+from kubetune.spec.fields import integer, is_number, mapping, number, only_keys
 from kubetune.spec.model import (
     SINGLE_OBJECTIVE_ALGORITHMS, WARM_START_SPACES, Constraint, Objective, Param, SpecError, WarmStart,
 )
@@ -40,7 +41,6 @@ def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], 
     """``spec.objective`` (parsed by ``single``) or ``spec.objectives``: exactly one of them.
     Returns the objectives and the hypervolume reference point (None unless every
     objective names its ``reference``)."""
-    from kubetune.spec.parse import _mapping, _number, _only_keys
     if root.get("objective") is not None and root.get("objectives") is not None:
         raise SpecError("spec.objectives", "set either objective (one metric) or objectives (several), not both")
     if root.get("objectives") is None:
@@ -52,15 +52,15 @@ def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], 
     references: list[float | None] = []
     for position, item in enumerate(raw):
         where = f"{path}[{position}]"
-        obj = _mapping(item, where, required=True)
-        _only_keys(obj, where, ("metric", "mode", "reference"))
+        obj = mapping(item, where, required=True)
+        only_keys(obj, where, ("metric", "mode", "reference"))
         metric = _metric(obj, where)
         if any(o.metric == metric for o in parsed):
             raise SpecError(f"{where}.metric", f"{metric!r} is already an objective")
         if obj.get("mode") not in ("min", "max"):
             raise SpecError(f"{where}.mode", f"must be min or max (got {obj.get('mode')!r})")
         parsed.append(Objective(metric=metric, mode=obj["mode"]))
-        references.append(_number(obj, "reference", where, None))
+        references.append(number(obj, "reference", where, None))
     given = [r for r in references if r is not None]
     if given and len(given) != len(references):
         missing = next(i for i, r in enumerate(references) if r is None)
@@ -70,15 +70,14 @@ def objectives(root: Mapping[str, Any], single) -> tuple[tuple[Objective, ...], 
 
 
 def constraints(raw: Any) -> tuple[Constraint, ...]:
-    from kubetune.spec.parse import _mapping, _number, _only_keys
     path = "spec.constraints"
     parsed = []
     for position, item in enumerate(_items(raw, path, MAX_CONSTRAINTS, "[{metric: memory_gb, max: 16}]")):
         where = f"{path}[{position}]"
-        obj = _mapping(item, where, required=True)
-        _only_keys(obj, where, ("metric", "max", "min"))
+        obj = mapping(item, where, required=True)
+        only_keys(obj, where, ("metric", "max", "min"))
         metric = _metric(obj, where)
-        high, low = _number(obj, "max", where, None), _number(obj, "min", where, None)
+        high, low = number(obj, "max", where, None), number(obj, "min", where, None)
         if high is None and low is None:
             raise SpecError(where, "needs max or min (or both), e.g. {metric: latency_ms, max: 20}")
         if high is not None and low is not None and low > high:
@@ -88,12 +87,11 @@ def constraints(raw: Any) -> tuple[Constraint, ...]:
 
 
 def warm_start(raw: Any) -> WarmStart | None:
-    from kubetune.spec.parse import _int, _mapping, _only_keys
     path = "spec.warmStart"
     if raw is None:
         return None
-    obj = _mapping(raw, path)
-    _only_keys(obj, path, ("experiments", "maxTrials", "searchSpace"))
+    obj = mapping(raw, path)
+    only_keys(obj, path, ("experiments", "maxTrials", "searchSpace"))
     names = obj.get("experiments")
     if not isinstance(names, list) or not names:
         raise SpecError(f"{path}.experiments", "required: the names of earlier Experiments in this namespace")
@@ -105,17 +103,16 @@ def warm_start(raw: Any) -> WarmStart | None:
     space = obj.get("searchSpace", "full")
     if space not in WARM_START_SPACES:
         raise SpecError(f"{path}.searchSpace", f"one of {', '.join(WARM_START_SPACES)} (got {space!r})")
-    return WarmStart(experiments=tuple(names), max_trials=_int(obj, "maxTrials", path, 1000, 1), search_space=space)
+    return WarmStart(experiments=tuple(names), max_trials=integer(obj, "maxTrials", path, 1000, 1), search_space=space)
 
 
 def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, Any], ...]:
     """``spec.search.initialPoints``: complete parameter sets, each inside the search space."""
-    from kubetune.spec.parse import _is_number, _mapping
     path = "spec.search.initialPoints"
     points = []
     for position, item in enumerate(_items(raw, path, MAX_INITIAL_POINTS, "[{lr: 0.01, batch_size: 64}]")):
         where = f"{path}[{position}]"
-        point = _mapping(item, where, required=True)
+        point = mapping(item, where, required=True)
         for name in point:
             if name not in space:
                 raise SpecError(f"{where}.{name}", f"not a parameter of searchSpace "
@@ -129,7 +126,7 @@ def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, A
                     raise SpecError(f"{where}.{name}", f"{repr(value)[:100]} is not one of "
                                                        f"{list(param.choices)[:10]}{' ...' if len(param.choices) > 10 else ''}")
                 continue
-            if not _is_number(value) or not param.contains(value):
+            if not is_number(value) or not param.contains(value):
                 allowed = {"randint": f"an integer in [{param.low}, {param.high})",
                            "quniform": f"a multiple of {param.q} from {param.low} to {param.high}"}.get(
                     param.kind, f"in [{param.low:g}, {param.high:g}]")
