@@ -4,15 +4,19 @@ live changes, read-only enforcement by the database, and a database an older
 kubetune wrote (without the ``study`` column)."""
 from __future__ import annotations
 
+import json
 import math
 import time
+from wsgiref.util import setup_testing_defaults
 
 import optuna
+import optuna_dashboard
 import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from kubetune.dashboard import storage as storage_module
+from kubetune.dashboard import dashboard_compat, storage as storage_module
+from kubetune.dashboard.server import make_app
 from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage, study_id_of
 from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
 from kubetune.results.study_meta import study_json
@@ -186,3 +190,60 @@ def test_the_dashboard_serves_before_the_sqlite_file_exists(tmp_path, monkeypatc
     [study] = storage.get_all_studies()
     assert study.study_name == "ns/late"
     store.close()
+
+
+# ---------------------------------------------------------------------- the study-detail API
+
+
+def api(app, path: str) -> tuple[str, object]:
+    """One GET through a WSGI app, as a browser's fetch would: (status, parsed JSON)."""
+    path, _, query = path.partition("?")
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ.update(PATH_INFO=path, QUERY_STRING=query)
+    status: list[str] = []
+    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+    return status[0], json.loads(body)
+
+
+def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(written, store_url, monkeypatch):
+    """kubetune answers ``/api/studies/<id>`` from JSON kept per trial (dashboard/detail.py);
+    optuna-dashboard's own view, over the same store, is the reference: same body, for a
+    multi-objective study (Pareto front) and a single-objective one (best trial), for
+    every ``after`` the page sends, and after trials change and are added."""
+    monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
+                                                   study_json([("loss", "min")], [], {}))],
+                        trials=[TrialRow(f"s-{i}", "single-uid", f"single-{i}", i, {"x": i}, "Succeeded")
+                                for i in range(3)],
+                        results=[ResultRow(f"s-{i}", 0, 1, {"loss": 3.0 - i}, time=2000.0 + i) for i in range(3)]))
+    ours = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=True)
+    theirs = optuna_dashboard.wsgi(ResultsStoreStorage(open_store(store_url, read_only=True)))
+    assert ours.kubetune_details.warmed.wait(60) and ours.kubetune_details.warm_seconds is not None
+    multi, single = study_id_of("exp-uid"), study_id_of("single-uid")
+
+    def same(study_id: int, after: int) -> dict:
+        for app in (ours, theirs):   # both see the store as it is now (the dashboard's own cache: ~2 s)
+            dashboard_compat.app_cache(app).clear()
+        status, body = api(ours, f"/api/studies/{study_id}?after={after}")
+        assert (status, body) == api(theirs, f"/api/studies/{study_id}?after={after}")
+        assert status.startswith("200"), body
+        return body
+
+    body = same(multi, 0)
+    assert [t["number"] for t in body["trials"]] == [0, 1, 2, 3] and body["trials"][0]["intermediate_values"]
+    # the dashboard's Pareto front ignores constraints (Optuna's own best_trials would not show 0)
+    assert [t["number"] for t in body["best_trials"]] == [0] and body["directions"] == ["minimize", "maximize"]
+    assert [t["number"] for t in same(multi, 3)["trials"]] == [3]     # the page's poll: from the first running
+    assert same(multi, 4)["trials"] == []
+    assert [t["number"] for t in same(single, 0)["best_trials"]] == [2]
+    written.write(Batch(trials=[trial(3, "Succeeded"), trial(4, "Running")],
+                        results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1)
+                        + reports(4, [{"loss": 3.0, "size": 2, "memory": 0.1}])))
+    body = same(multi, 3)
+    assert [(t["number"], t["state"]) for t in body["trials"]] == [(3, "Complete"), (4, "Running")]
+    assert [t["number"] for t in body["best_trials"]] == [3]          # dominates trial 0 now
+    same(multi, 0)
+    # errors as optuna-dashboard words them
+    assert api(ours, "/api/studies/12345") == api(theirs, "/api/studies/12345")
+    assert api(ours, f"/api/studies/{multi}?after=-1") == api(theirs, f"/api/studies/{multi}?after=-1")

@@ -2,24 +2,51 @@
 server (the dashboard's own ``run_server`` serves one request at a time: a page
 opening behind a poll of a big study would wait for it).
 
-One route is kubetune's: ``/experiments/<namespace>/<name>`` redirects to the page of
-the newest Experiment of that name, the address ``status.dashboard`` names."""
+Two routes are kubetune's: ``/experiments/<namespace>/<name>`` redirects to the page of
+the newest Experiment of that name, the address ``status.dashboard`` names; and the
+study-detail API, answered from JSON made once per trial (``detail``: the same body as
+optuna-dashboard's own view, which it replaces, without converting every trial again on
+each request)."""
 from __future__ import annotations
 
+import json
 import socketserver
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server as _make_server
 
+from kubetune.dashboard import dashboard_compat
+from kubetune.dashboard.detail import StudyDetails
 from kubetune.dashboard.storage import ResultsStoreStorage
 from kubetune.results.study_meta import EXPERIMENT_PATH
 
 EXPERIMENT_ROUTE = EXPERIMENT_PATH.format(namespace="<namespace>", name="<name>")
 
 
-def make_app(storage: ResultsStoreStorage):
+def make_app(storage: ResultsStoreStorage, *, warm: bool = True):
+    """``warm``: make every study's page data in the background now (``detail``)."""
     import bottle
     import optuna_dashboard
 
     app = optuna_dashboard.wsgi(storage)
+    details = app.kubetune_details = StudyDetails(storage, dashboard_compat.app_cache(app))
+    if warm:
+        details.start_warming()
+
+    # the same rule as optuna-dashboard's own view: Bottle lets the later route replace it
+    @app.get("/api/studies/<study_id:int>")
+    def study_detail(study_id: int):
+        bottle.response.content_type = "application/json"
+        try:
+            after = int(bottle.request.params.get("after", 0))
+        except ValueError:
+            after = -1
+        if after < 0:   # optuna-dashboard's answers, word for word
+            bottle.response.status = 400
+            return json.dumps({"reason": "`after` should be larger or equal 0."})
+        body = details.body(study_id, after)
+        if body is None:
+            bottle.response.status = 404
+            return json.dumps({"reason": f"study_id={study_id} is not found"})
+        return body
 
     @app.get(EXPERIMENT_ROUTE)
     def experiment(namespace: str, name: str):
@@ -41,5 +68,6 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def make_server(storage: ResultsStoreStorage, host: str, port: int) -> WSGIServer:
-    return _make_server(host, port, make_app(storage), server_class=_ThreadingServer, handler_class=_QuietHandler)
+def make_server(storage: ResultsStoreStorage, host: str, port: int, *, warm: bool = True) -> WSGIServer:
+    return _make_server(host, port, make_app(storage, warm=warm), server_class=_ThreadingServer,
+                        handler_class=_QuietHandler)

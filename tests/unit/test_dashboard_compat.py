@@ -1,0 +1,54 @@
+"""optuna-dashboard's private names, used through dashboard/dashboard_compat.py only: each
+is called here as kubetune.dashboard.detail calls it, over Optuna's in-memory storage,
+so an upgrade that moves or changes one fails this file, by name.  (That the assembled
+body equals the dashboard's own view is tests/integration/test_dashboard_storage.py.)"""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import optuna
+import optuna_dashboard
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+import kubetune
+from kubetune.dashboard import dashboard_compat as odc
+
+
+def study_with_trials() -> optuna.Study:
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    for x, values in ((0.1, [1.0, 1.0]), (0.2, [0.5, 2.0]), (0.3, [2.0, 0.5])):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions={"x": FloatDistribution(0, 1)},
+                                                  values=values, intermediate_values={1: 3.0, 2: x},
+                                                  state=TrialState.COMPLETE))
+    return study
+
+
+def test_each_name_works_as_detail_calls_it():
+    study = study_with_trials()
+    storage = study._storage
+    app = optuna_dashboard.wsgi(storage)
+    cache = odc.app_cache(app)
+    frozen = odc.get_study(storage, study._study_id)
+    assert frozen is not None and frozen.study_name == study.study_name
+    trials = odc.get_trials(cache, storage, study._study_id)
+    assert [t.number for t in trials] == [0, 1, 2]
+    front = odc.get_pareto_front_trials(trials=trials, directions=frozen.directions)
+    assert [t.number for t in front] == [1]
+    intersection, union, user_attrs, has_intermediate = odc.get_cached_extra_study_property(
+        cache, study._study_id, trials)
+    assert [name for name, _ in intersection] == ["x"] and has_intermediate
+    rest = odc.serialize_study_detail(frozen, [], [], intersection, union, user_attrs, has_intermediate, {}, [])
+    assert rest["trials"] == [] and rest["directions"] == ["minimize", "maximize"]
+    piece = json.loads(json.dumps(odc.serialize_frozen_trial(study._study_id, trials[1], frozen.system_attrs)))
+    assert piece["number"] == 1 and piece["values"] == [0.5, 2.0]
+    assert piece["intermediate_values"] == [{"step": 1, "value": 3.0}, {"step": 2, "value": 0.2}]
+
+
+def test_no_other_module_imports_optuna_dashboards_private_names():
+    root = pathlib.Path(kubetune.__file__).parent
+    private = re.compile(r"^\s*(from|import)\s+optuna_dashboard\.(_\w+|\w+\._)", re.M)
+    users = {str(p.relative_to(root)) for p in root.rglob("*.py") if private.search(p.read_text())}
+    assert users == {"dashboard/dashboard_compat.py"}, users
