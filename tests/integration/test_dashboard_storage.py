@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from kubetune.dashboard import dashboard_compat, storage as storage_module
+from kubetune.dashboard import dashboard_compat, detail as detail_module, storage as storage_module
 from kubetune.dashboard.server import make_app
 from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage, study_id_of
 from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
@@ -212,6 +212,7 @@ def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(writt
     multi-objective study (Pareto front) and a single-objective one (best trial), for
     every ``after`` the page sends, and after trials change and are added."""
     monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    monkeypatch.setattr(detail_module, "STALE_LIMIT_SECONDS", 0.0)   # every request reads the store again
     written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
                                                    study_json([("loss", "min")], [], {}))],
                         trials=[TrialRow(f"s-{i}", "single-uid", f"single-{i}", i, {"x": i}, "Succeeded")
@@ -247,3 +248,25 @@ def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(writt
     # errors as optuna-dashboard words them
     assert api(ours, "/api/studies/12345") == api(theirs, "/api/studies/12345")
     assert api(ours, f"/api/studies/{multi}?after=-1") == api(theirs, f"/api/studies/{multi}?after=-1")
+
+
+def test_a_page_gets_the_last_body_at_once_and_what_changed_on_its_next_poll(written, store_url, monkeypatch):
+    """A body younger than a minute is answered without reading the store; one older than
+    REFRESH_SECONDS is also made again in the background, so the next poll shows a new trial."""
+    monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    monkeypatch.setattr(detail_module, "REFRESH_SECONDS", 0.0)
+    app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=False)
+    study_id = study_id_of("exp-uid")
+    assert len(api(app, f"/api/studies/{study_id}")[1]["trials"]) == 4
+    written.write(Batch(trials=[trial(4, "Running")], results=reports(4, [{"loss": 3.0, "size": 2, "memory": 0.1}])))
+    dashboard_compat.app_cache(app).clear()
+    assert len(api(app, f"/api/studies/{study_id}")[1]["trials"]) == 4   # the last body, the store not read
+    deadline = time.monotonic() + 60
+    while True:   # each poll also asks for a refresh; the dashboard's own trial list lives ~2 s
+        dashboard_compat.app_cache(app).clear()
+        trials = api(app, f"/api/studies/{study_id}")[1]["trials"]
+        if len(trials) == 5:
+            break
+        assert len(trials) == 4 and time.monotonic() < deadline, "the new trial never appeared"
+        time.sleep(0.05)
+    assert trials[4]["state"] == "Running" and trials[4]["intermediate_values"] == [{"step": 1, "value": 3.0}]

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 import kubetune
 from kubetune.dashboard import dashboard_compat as odc
+from kubetune.dashboard.detail import trial_json
 
 
 def study_with_trials() -> optuna.Study:
@@ -52,3 +53,17 @@ def test_no_other_module_imports_optuna_dashboards_private_names():
     private = re.compile(r"^\s*(from|import)\s+optuna_dashboard\.(_\w+|\w+\._)", re.M)
     users = {str(p.relative_to(root)) for p in root.rglob("*.py") if private.search(p.read_text())}
     assert users == {"dashboard/dashboard_compat.py"}, users
+
+
+def test_a_trials_json_is_what_optuna_dashboards_serializer_makes():
+    """detail.trial_json writes the intermediate values itself (fast): same JSON, with
+    NaN and ±Infinity as the dashboard's strings and steps in order."""
+    trial = optuna.trial.create_trial(
+        params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, values=[1.0, 2.0], state=TrialState.COMPLETE,
+        intermediate_values={3: 0.1, 1: float("nan"), 2: float("inf"), 4: -float("inf"), 5: 1e-300, 6: 1 / 3},
+        user_attrs={"phase": "Succeeded"}, system_attrs={"constraints": [0.5]})
+    trial._trial_id = 7
+    ours = json.loads(trial_json(1, trial, {}))
+    assert ours == json.loads(json.dumps(odc.serialize_frozen_trial(1, trial, {})))
+    assert [v["value"] for v in ours["intermediate_values"]] == ["nan", "inf", 0.1, "-inf", 1e-300, 1 / 3]
+    assert trial.intermediate_values[1] != trial.intermediate_values[1]   # the trial itself is left as it was
