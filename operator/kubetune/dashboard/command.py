@@ -7,6 +7,7 @@ and its page's address is printed; without, every Experiment (of ``-n`` if given
 from __future__ import annotations
 
 import argparse
+import threading
 from typing import Callable
 
 from sqlalchemy.engine import make_url
@@ -64,6 +65,7 @@ def serve(server, host: str, page: str, store_shown: str, close: Callable[[], No
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
     print(f"kubetune dashboard: http://{shown_host}:{server.server_port}{page} "
           f"(results store {store_shown}, read-only; Ctrl-C stops)", flush=True)
+    threading.Thread(target=_say_when_warm, args=(server.get_app().kubetune_details,), daemon=True).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -74,3 +76,10 @@ def serve(server, host: str, page: str, store_shown: str, close: Callable[[], No
     return 0
 
 
+
+
+def _say_when_warm(details) -> None:
+    """A big Experiment's page opens at once only after the warm-up: say when that is."""
+    details.warmed.wait()
+    print(f"kubetune dashboard: study pages ready ({details.warm_seconds:.1f} s to read and convert "
+          "the trials)", flush=True)
