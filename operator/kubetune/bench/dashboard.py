@@ -26,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,27 +117,33 @@ def serve_plain(storage):
     return f"http://127.0.0.1:{server.server_port}", server.get_app(), stop
 
 
-def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=900) as response:
-        return response.read()
+class Browser:
+    """Fetches as a browser opening a page would, from another process (``http_fetch``)."""
 
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "kubetune.bench.http_fetch"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
 
-def open_page(base: str, study_id: int, after: int = 0) -> tuple[float, dict[str, Any]]:
-    """Seconds to get what a browser fetches to open the study's page (the page, the
-    dashboard's meta and study list, the study with every trial: ``after`` 0), and the study."""
-    started = time.perf_counter()
-    get(f"{base}/dashboard/studies/{study_id}")
-    get(f"{base}/api/meta")
-    get(f"{base}/api/studies")
-    data = json.loads(get(f"{base}/api/studies/{study_id}?after={after}"))
-    return time.perf_counter() - started, data
+    def fetch(self, *urls: str) -> dict[str, Any]:
+        self.process.stdin.write(json.dumps(list(urls)) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
 
+    def open_page(self, base: str, study_id: int) -> tuple[float, dict[str, Any]]:
+        """Seconds to get what a browser fetches to open the study's page (the page, the
+        dashboard's meta and study list, the study with every trial: ``after`` 0, to its
+        last byte; its bundle.js is cached), and a summary of the study."""
+        got = self.fetch(f"{base}/dashboard/studies/{study_id}", f"{base}/api/meta", f"{base}/api/studies",
+                         f"{base}/api/studies/{study_id}?after=0")
+        return got["seconds"], got
 
-def poll(base: str, study_id: int, after: int) -> float:
-    """Seconds of the page's live-update poll (``after``: its first unfinished trial)."""
-    started = time.perf_counter()
-    get(f"{base}/api/studies/{study_id}?after={after}")
-    return time.perf_counter() - started
+    def poll(self, base: str, study_id: int, after: int) -> float:
+        """Seconds of the page's live-update poll (``after``: its first unfinished trial)."""
+        return self.fetch(f"{base}/api/studies/{study_id}?after={after}")["seconds"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
 
 
 def expire_trial_lists(app) -> None:
@@ -148,7 +153,7 @@ def expire_trial_lists(app) -> None:
     dashboard_compat.app_cache(app).clear()
 
 
-def measure_kubetune(make_storage: Callable[[], Any], repeats: int) -> dict[str, Any]:
+def measure_kubetune(browser: Browser, make_storage: Callable[[], Any], repeats: int) -> dict[str, Any]:
     """Per repeat, a new dashboard: time a page opening as the dashboard starts (nothing
     cached, no warm-up: the worst case), then in a second new dashboard the warm-up, an
     opening after it, a poll, a second opening (another tab: the dashboard's trial lists
@@ -161,7 +166,7 @@ def measure_kubetune(make_storage: Callable[[], Any], repeats: int) -> dict[str,
         base, _app, stop = serve(storage, warm=False)
         try:
             study_id = next(iter(storage.studies()))
-            runs["cold"].append(open_page(base, study_id)[0])
+            runs["cold"].append(browser.open_page(base, study_id)[0])
         finally:
             stop()
         storage = make_storage()
@@ -170,20 +175,20 @@ def measure_kubetune(make_storage: Callable[[], Any], repeats: int) -> dict[str,
         try:
             app.kubetune_details.warmed.wait()
             runs["warm_up"].append(time.perf_counter() - started)
-            seconds, data = open_page(base, study_id)
+            seconds, data = browser.open_page(base, study_id)
             runs["open"].append(seconds)
-            runs["poll"].append(poll(base, study_id, len(data["trials"])))
+            runs["poll"].append(browser.poll(base, study_id, data["trials"]))
             expire_trial_lists(app)
-            runs["again"].append(open_page(base, study_id)[0])
+            runs["again"].append(browser.open_page(base, study_id)[0])
             expire_trial_lists(app)
             app.kubetune_details.expire()
-            runs["reopen"].append(open_page(base, study_id)[0])
+            runs["reopen"].append(browser.open_page(base, study_id)[0])
         finally:
             stop()
     return summary(runs, data)
 
 
-def measure_peer(make_storage: Callable[[], Any], repeats: int) -> dict[str, Any]:
+def measure_peer(browser: Browser, make_storage: Callable[[], Any], repeats: int) -> dict[str, Any]:
     """optuna-dashboard's own app: an opening on a new dashboard, a poll, and an opening
     once its trial list expired."""
     runs: dict[str, list[float]] = {"open": [], "poll": [], "reopen": []}
@@ -193,11 +198,11 @@ def measure_peer(make_storage: Callable[[], Any], repeats: int) -> dict[str, Any
         base, app, stop = serve_plain(storage)
         try:
             study_id = storage.get_all_studies()[0]._study_id
-            seconds, data = open_page(base, study_id)
+            seconds, data = browser.open_page(base, study_id)
             runs["open"].append(seconds)
-            runs["poll"].append(poll(base, study_id, len(data["trials"])))
+            runs["poll"].append(browser.poll(base, study_id, data["trials"]))
             expire_trial_lists(app)
-            runs["reopen"].append(open_page(base, study_id)[0])
+            runs["reopen"].append(browser.open_page(base, study_id)[0])
         finally:
             stop()
     return summary(runs, data)
@@ -206,8 +211,7 @@ def measure_peer(make_storage: Callable[[], Any], repeats: int) -> dict[str, Any
 def summary(runs: dict[str, list[float]], data: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, Any] = {f"{k}_s": round(statistics.median(v), 3) for k, v in runs.items()}
     figures.update({f"{k}_all": [round(x, 3) for x in v] for k, v in runs.items()})
-    figures.update(trials=len(data.get("trials", [])), best_trials=len(data.get("best_trials", [])),
-                   intermediate_values=sum(len(t["intermediate_values"]) for t in data.get("trials", [])))
+    figures.update({k: data.get(k, 0) for k in ("trials", "best_trials", "intermediate_values", "bytes")})
     return figures
 
 
@@ -254,16 +258,18 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, Any] = {"trials": args.trials, "results_per_trial": args.results,
                                    "build_s": round(time.monotonic() - started, 1), "commit": commit(),
                                    "load_before": round(os.getloadavg()[0], 1)}
-        figures["kubetune"] = measure_kubetune(lambda: ResultsStoreStorage(open_store(url, read_only=True)),
+        browser = Browser()
+        figures["kubetune"] = measure_kubetune(browser, lambda: ResultsStoreStorage(open_store(url, read_only=True)),
                                                args.repeats)
         trials, directions = peer_trials(url, uid)
         figures["optuna_inmemory"] = measure_peer(
-            lambda: optuna_storage(optuna.storages.InMemoryStorage(), trials, directions), args.repeats)
+            browser, lambda: optuna_storage(optuna.storages.InMemoryStorage(), trials, directions), args.repeats)
         if args.rdb_peer:
             rdb_url = f"sqlite:///{tmp}/optuna.db"
             print("building Optuna's RDBStorage peer", file=sys.stderr)
             optuna_storage(optuna.storages.RDBStorage(rdb_url), trials, directions)
-            figures["optuna_rdb"] = measure_peer(lambda: optuna.storages.RDBStorage(rdb_url), args.repeats)
+            figures["optuna_rdb"] = measure_peer(browser, lambda: optuna.storages.RDBStorage(rdb_url), args.repeats)
+        browser.close()
         figures["load_after"] = round(os.getloadavg()[0], 1)
     report(figures, args.repeats)
     if args.out:
