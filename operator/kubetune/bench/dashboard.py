@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["load_after"] = round(os.getloadavg()[0], 1)
     report(figures, args.repeats)
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(figures, indent=2))
     return 0 if figures["kubetune"]["trials"] == args.trials else 1
 
