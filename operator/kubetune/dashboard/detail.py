@@ -28,6 +28,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from kubetune.core.optuna_compat import trial_id
 from kubetune.dashboard import dashboard_compat as odc
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class StudyDetails:
             if pieces.system_attrs != system_attrs:   # notes live there: every piece shows them
                 pieces.by_id, pieces.system_attrs = {}, dict(system_attrs)
             # a new dict each time: a trial gone from the study is forgotten
-            by_id = {t._trial_id: (t, self._piece(pieces.by_id, study_id, t, system_attrs)) for t in trials}
+            by_id = {trial_id(t): (t, self._piece(pieces.by_id, study_id, t, system_attrs)) for t in trials}
             # the same choice of best trials as optuna-dashboard's view (our studies are never preferential)
             if len(study.directions) > 1:
                 best = odc.get_pareto_front_trials(trials=trials, directions=study.directions)
@@ -145,14 +146,14 @@ class StudyDetails:
             else:
                 best = []
             pieces.by_id = by_id
-            pieces.parts = _Parts(trials, [by_id[t._trial_id][1] for t in trials],
+            pieces.parts = _Parts(trials, [by_id[trial_id(t)][1] for t in trials],
                                   [self._piece(by_id, study_id, t, system_attrs) for t in best], rest_json, made)
             return pieces.parts
 
     @staticmethod
     def _piece(by_id: dict[int, tuple[FrozenTrial, bytes]], study_id: int, trial: FrozenTrial,
                system_attrs: dict[str, Any]) -> bytes:
-        known = by_id.get(trial._trial_id)
+        known = by_id.get(trial_id(trial))
         if known is not None and known[0] is trial:
             return known[1]
         return trial_json(study_id, trial, system_attrs)
@@ -162,7 +163,7 @@ class StudyDetails:
         started = time.monotonic()
         try:
             for study in self._storage.get_all_studies():
-                self._parts(study._study_id)
+                self._parts(self._storage.get_study_id_from_name(study.study_name))
         except Exception:  # noqa: BLE001 - warming is an optimisation: a request makes the pieces anyway
             log.exception("kubetune dashboard: warming the study pages failed")
         finally:
