@@ -206,7 +206,8 @@ def api(app, path: str) -> tuple[str, object]:
     return status[0], json.loads(body)
 
 
-def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(written, store_url, monkeypatch):
+def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(written, store_url, monkeypatch,
+                                                                          request):
     """kubetune answers ``/api/studies/<id>`` from JSON kept per trial (dashboard/detail.py);
     optuna-dashboard's own view, over the same store, is the reference: same body, for a
     multi-objective study (Pareto front) and a single-objective one (best trial), for

@@ -13,8 +13,8 @@ the trials that changed.  The pieces are made by optuna-dashboard's own serializ
 (``dashboard_compat``), and the body equals what its own view answers
 (tests/integration/test_dashboard_storage.py checks it), so the page keeps working.
 
-``warm`` makes every study's pieces in the background when the dashboard starts, so the
-first opening of a big Experiment does not pay for them."""
+``StudyDetails.start`` makes every study's body in the background when the dashboard
+starts (so the first opening of a big Experiment does not pay for it) and keeps it fresh."""
 from __future__ import annotations
 
 import copy
@@ -34,8 +34,9 @@ from kubetune.dashboard import dashboard_compat as odc
 log = logging.getLogger(__name__)
 
 
-REFRESH_SECONDS = 2.0     # a study's body older than this is served, and made again in the background
-STALE_LIMIT_SECONDS = 60.0   # ... older than this (nobody looked for a minute) is made again first
+REFRESH_SECONDS = 2.0       # a study's body older than this is served, and made again in the background
+KEEP_SECONDS = 30.0         # every study's body is made again this often, looked at or not
+STALE_LIMIT_SECONDS = 120.0  # a body older than this (the keeper late or failing) is made again first
 
 
 @dataclass
@@ -63,14 +64,18 @@ class StudyDetails:
 
     A page opening or polling is answered from the study's last body when it is younger
     than STALE_LIMIT_SECONDS (and, when older than REFRESH_SECONDS, the body is made
-    again in the background, so the page's next poll sees what changed): a reader
-    never waits for the store while someone looked at the study in the last minute."""
+    again in the background, so the page's next poll sees what changed).  A keeper
+    thread makes every study's body at start (the warm-up) and again every KEEP_SECONDS,
+    so a reader does not wait for the store, even after nobody looked for an hour; the
+    price is reading each study's trial rows every KEEP_SECONDS (only the rows, once
+    its finished trials have settled: see storage.py)."""
 
     def __init__(self, storage, app_cache) -> None:
         self._storage = storage
         self._app_cache = app_cache
         self._lock = threading.Lock()
         self._pieces: dict[int, _Pieces] = {}
+        self._stopped = threading.Event()
         self.warmed = threading.Event()
         self.warm_seconds: float | None = None
 
@@ -158,23 +163,36 @@ class StudyDetails:
             return known[1]
         return trial_json(study_id, trial, system_attrs)
 
-    def warm(self) -> None:
-        """Make every study's pieces (run in a thread at start: see the module's text)."""
+    def _make_all(self) -> None:
+        for study in self._storage.get_all_studies():
+            if self._stopped.is_set():
+                return
+            self._parts(self._storage.get_study_id_from_name(study.study_name))
+
+    def keep(self) -> None:
+        """Make every study's body now (the warm-up), then again every KEEP_SECONDS until
+        ``stop``: run in a thread from the start (see the module's text)."""
         started = time.monotonic()
         try:
-            for study in self._storage.get_all_studies():
-                self._parts(self._storage.get_study_id_from_name(study.study_name))
-        except Exception:  # noqa: BLE001 - warming is an optimisation: a request makes the pieces anyway
+            self._make_all()
+        except Exception:  # noqa: BLE001 - an optimisation: a request makes the body anyway
             log.exception("kubetune dashboard: warming the study pages failed")
         finally:
             self.warm_seconds = time.monotonic() - started
             self.warmed.set()
+        while not self._stopped.wait(KEEP_SECONDS):
+            try:
+                self._make_all()
+            except Exception:  # noqa: BLE001 - the store may be away for a while: try at the next round
+                log.exception("kubetune dashboard: keeping the study pages fresh failed")
 
-    def start_warming(self) -> threading.Thread:
-        thread = threading.Thread(target=self.warm, name="dashboard-warm", daemon=True)
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.keep, name="dashboard-keeper", daemon=True)
         thread.start()
         return thread
 
+    def stop(self) -> None:
+        self._stopped.set()
 
 
 def trial_json(study_id: int, trial: FrozenTrial, system_attrs: dict[str, Any]) -> bytes:

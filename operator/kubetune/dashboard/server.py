@@ -22,14 +22,15 @@ EXPERIMENT_ROUTE = EXPERIMENT_PATH.format(namespace="<namespace>", name="<name>"
 
 
 def make_app(storage: ResultsStoreStorage, *, warm: bool = True):
-    """``warm``: make every study's page data in the background now (``detail``)."""
+    """``warm``: make every study's page data in the background now, and keep it fresh
+    (``detail.StudyDetails.start``; ``app.kubetune_details.stop()`` ends that)."""
     import bottle
     import optuna_dashboard
 
     app = optuna_dashboard.wsgi(storage)
     details = app.kubetune_details = StudyDetails(storage, dashboard_compat.app_cache(app))
     if warm:
-        details.start_warming()
+        details.start()
 
     # the same rule as optuna-dashboard's own view: Bottle lets the later route replace it
     @app.get("/api/studies/<study_id:int>")
