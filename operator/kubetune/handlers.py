@@ -16,6 +16,7 @@ from kubetune.controller.operator_state import CleanupPending, OperatorState
 from kubetune.executors.platform import PlatformRegistry
 from kubetune.executors.pods.cluster import POD_EXECUTOR_OFF, PodSupport
 from kubetune.executors.ray.platform import RayPlatforms
+from kubetune.k8s import rate_limit
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
 from kubetune.k8s.diffbase import DigestDiffBaseStorage
 from kubetune.k8s.store import KubeStore
@@ -93,6 +94,7 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
     async def configure(settings: kopf.OperatorSettings, **_) -> None:
         global STATE, PODS, RESULTS, _RETIRING
         load_config()
+        rate_limit.configure(chosen.kube_api_qps, chosen.kube_api_burst)
         settings.persistence.finalizer = "kubetune.dev/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubetune.dev")
         # a digest, not a copy of the spec: an annotation is limited to 256 KiB (k8s/diffbase.py)
@@ -132,9 +134,8 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
 
     @kopf.daemon(GROUP, VERSION, EXPERIMENTS, cancellation_timeout=30.0, registry=registry)
     async def run_experiment(namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped, **_) -> None:
-        controller = STATE.controller_for(namespace, name, body)
         try:
-            await controller.run(stopped.is_set)
+            await STATE.serve(namespace, name, body, stopped.is_set)
         except Exception as error:   # kopf logs it and restarts the daemon; count it
             metrics.reconcile_error(type(error).__name__)
             raise

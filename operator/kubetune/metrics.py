@@ -108,7 +108,9 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self._state()
-        controllers = list(state.controllers.values()) if state is not None else []
+        # a finished Experiment at rest has no controller, only its counts (OperatorState.serve)
+        statuses = ([c.written_status or {} for c in state.controllers.values()]
+                    + list(getattr(state, "resting", {}).values())) if state is not None else []
         handles = state.registry.platforms() if state is not None else []
 
         experiments = GaugeMetricFamily(
@@ -117,8 +119,7 @@ class StateCollector(Collector):
             "kubetune_trials", "Trials of the served Experiments, by phase", labels=["phase"])
         by_phase = dict.fromkeys(EXPERIMENT_PHASES, 0)
         trial_counts = dict.fromkeys(TRIAL_PHASES, 0)
-        for controller in controllers:
-            status = controller.written_status or {}
+        for status in statuses:
             phase = status.get("phase") or "Pending"
             by_phase[phase] = by_phase.get(phase, 0) + 1
             for key, value in (status.get("trialCounts") or {}).items():

@@ -84,6 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "in the operator's namespace, or http://127.0.0.1:PORT outside a cluster)")
     # "": $KUBETUNE_RESULTS_URL (results.default_url, the one reader of that variable), so
     # a PostgreSQL URL (with its password) can come from a Secret
+    parser.add_argument("--kube-api-qps", default="50",
+                        help="client-side rate limit of the operator's requests to the API server (Trial and "
+                             "Experiment writes, LISTs, Events), in requests per second, as client-go's QPS")
+    parser.add_argument("--kube-api-burst", default="100",
+                        help="requests the operator may send at once above --kube-api-qps, as client-go's Burst")
     parser.add_argument("--namespace-weight", action="append", default=[], metavar="NAMESPACE=WEIGHT",
                         help="fair sharing of a shared Ray cluster: trials waiting for room are served so that "
                              "each namespace's share of the cluster follows its weight (default 1 for every "

@@ -78,6 +78,8 @@ class OperatorSettings:
     identity: str = ""
     dashboard_url: str = ""    # the chart's dashboard as users reach it: status.dashboard ("": none)
     namespace_weights: tuple[tuple[str, float], ...] = ()   # fair sharing of a Ray cluster (core/fair_share.py)
+    kube_api_qps: float = 50.0     # client-side rate limit of the operator's API requests (k8s/rate_limit.py)
+    kube_api_burst: int = 100
 
 
 # the environment variable a flag falls back to (operator_main.py), named in errors
@@ -180,7 +182,11 @@ def from_args(args: Any) -> OperatorSettings:
         lease_namespace=args.lease_namespace,
         identity=args.identity,
         dashboard_url=_dashboard_url(getattr(args, "dashboard_url", "")),
-        namespace_weights=namespace_weights(getattr(args, "namespace_weight", []) or []))
+        namespace_weights=namespace_weights(getattr(args, "namespace_weight", []) or []),
+        kube_api_qps=_checked("kube_api_qps", getattr(args, "kube_api_qps", 50), float,
+                              lambda v: math.isfinite(v) and 0 < v <= 10_000, "a number of requests a second in (0, 10000]"),
+        kube_api_burst=_checked("kube_api_burst", getattr(args, "kube_api_burst", 100), int,
+                                lambda v: 1 <= v <= 100_000, "a whole number of requests from 1 to 100000"))
 
 
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -27,6 +27,8 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
         controllers={("a", "x"): controller("Running", running=2, queued=2, succeeded=1),
                      ("a", "y"): controller("Succeeded", succeeded=4, failed=1),
                      ("b", "z"): SimpleNamespace(written_status={})},       # nothing written yet
+        # finished and at rest: no controller, its counts only
+        resting={("b", "done"): {"phase": "Succeeded", "trialCounts": {"succeeded": 3}}},
         registry=SimpleNamespace(platforms=lambda: [SimpleNamespace(address="ray://h:10001", ledger=ledger,
                                                                    connected=True, retired=False)]),
         results=SimpleNamespace(pending_bytes=300, high_water_bytes=4096, dropped=3,
@@ -37,9 +39,9 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
     finally:
         metrics.watch_state(lambda: None)
     assert got[("kubetune_experiments", (("phase", "Running"),))] == 1
-    assert got[("kubetune_experiments", (("phase", "Succeeded"),))] == 1
+    assert got[("kubetune_experiments", (("phase", "Succeeded"),))] == 2
     assert got[("kubetune_experiments", (("phase", "Pending"),))] == 1
-    assert got[("kubetune_trials", (("phase", "succeeded"),))] == 5
+    assert got[("kubetune_trials", (("phase", "succeeded"),))] == 8
     assert got[("kubetune_trials", (("phase", "queued"),))] == 2
     assert ("kubetune_trials", (("phase", "created"),)) not in got     # not a phase
     assert got[("kubetune_queued_demand", (("resource", "GPU"),))] == 4

@@ -187,6 +187,27 @@ class ExperimentController:
     def _has_active(self) -> bool:
         return self.ctx.runner is not None and bool(self.ctx.runner.active_trials())
 
+    @property
+    def stopped_by_request(self) -> bool:
+        """``stop()`` was called (the Experiment is deleted or re-created)."""
+        return self._stopping
+
+    def at_rest(self) -> bool:
+        """Finished for its current spec, with nothing left to end, store or write: the
+        operator lets this controller (its runner, every trial's state) go, and builds a
+        new one, restored from the Trials, when the spec changes (operator_state.serve).
+        A finished Experiment then costs no memory beyond its status' counts."""
+        ctx, written = self.ctx, self.status.written
+        final = (written.get("phase") in ("Succeeded", "Failed")
+                 and written.get("observedGeneration") == ctx.generation is not None)
+        if not final or self._in_cycle or self.status.blocked is not None:
+            return False
+        if ctx.runner is None:
+            return self.intake.finished_at_start and self.runs.orphans_checked
+        return (ctx.runner.finished is not None and not ctx.runner.active_trials() and self.runs.orphans_checked
+                and not self.pump.unstored and not self.runs.to_end and not self.effects
+                and not self.checkpoints.to_delete and not ctx.touched and not self.status.trial_writes.pending)
+
     def needs_connection(self) -> str | None:
         """The platform address whose connection this controller needs now, or None: its
         platform keeps its connection anyway, or it has finished with nothing left to do

@@ -13,6 +13,8 @@ from kubetune.results.writer import ResultsWriter
 
 log = logging.getLogger(__name__)
 
+REST_CHECK_SECONDS = 5.0   # a finished Experiment at rest looks for a new generation this often (and on a spec event)
+
 
 class CleanupPending(Exception):
     """An Experiment's trials are not all ended yet; the deletion is retried."""
@@ -29,6 +31,37 @@ class OperatorState:
         self.controllers: dict[tuple[str, str], ExperimentController] = {}
         self._uids: dict[tuple[str, str], str | None] = {}   # of the Experiment each controller serves
         self._deleting: dict[str, int] = {}    # platform address -> deletions cleaning up on it now
+        # finished Experiments whose controller was let go (``serve``): their counts for the
+        # metrics, and what wakes them on a spec change
+        self.resting: dict[tuple[str, str], dict[str, Any]] = {}
+        self._rest_wakeups: dict[tuple[str, str], asyncio.Event] = {}
+
+    async def serve(self, namespace: str, name: str, body: Mapping[str, Any], stopped: Callable[[], bool]) -> None:
+        """Run the Experiment's controller (the kopf daemon of ``body``, a live view) until
+        ``stopped``.  A finished Experiment's controller goes once it is at rest (memory:
+        a finished Experiment keeps nothing but its counts); a spec change (a new
+        generation) brings a new one, restored from the Trials like after a restart."""
+        key = (namespace, name)
+        while not stopped():
+            controller = self.controller_for(namespace, name, body)
+            await controller.run(lambda: stopped() or controller.at_rest())
+            if stopped() or controller.stopped_by_request or self.controllers.get(key) is not controller:
+                return
+            generation = (body.get("metadata") or {}).get("generation")
+            status = controller.written_status
+            self.resting[key] = {"phase": status.get("phase"), "trialCounts": dict(status.get("trialCounts") or {})}
+            self.controllers.pop(key, None)
+            wakeup = self._rest_wakeups[key] = asyncio.Event()
+            try:
+                while not stopped() and (body.get("metadata") or {}).get("generation") == generation:
+                    try:
+                        await asyncio.wait_for(wakeup.wait(), timeout=REST_CHECK_SECONDS)
+                    except asyncio.TimeoutError:
+                        pass
+                    wakeup.clear()
+            finally:
+                self._rest_wakeups.pop(key, None)
+                self.resting.pop(key, None)
 
     def controller_for(self, namespace: str, name: str, body: Mapping[str, Any]) -> ExperimentController:
         key = (namespace, name)
@@ -51,6 +84,9 @@ class OperatorState:
         controller = self.controllers.get((namespace, name))
         if controller is not None:
             controller.wake()
+        wakeup = self._rest_wakeups.get((namespace, name))
+        if wakeup is not None:
+            wakeup.set()
 
     def forget(self, namespace: str, name: str) -> None:
         self.controllers.pop((namespace, name), None)
@@ -105,6 +141,8 @@ class OperatorState:
     async def _let_go(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """Forget the deleted Experiment: its ledger holdings, its controller, its stored results."""
         key = (namespace, name)
+        self.resting.pop(key, None)
+        self.wake(namespace, name)     # a daemon at rest sees ``stopped`` at once
         controller = self.controllers.get(key)
         if controller is not None:
             await controller.release_resources()

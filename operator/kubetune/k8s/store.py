@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubetune import metrics
 from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
+from kubetune.k8s import rate_limit
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,14 @@ log = logging.getLogger(__name__)
 # A write waits this long for the API server; a hung connection is a refused write,
 # retried later, not a reconcile loop stuck for the client's default (forever).
 WRITE_TIMEOUT_S = 30
+LIST_PAGE = 500          # Trials per page of a LIST
+LIST_TIMEOUT_S = 60      # one page (of full Trials, with their status)
+
+
+async def _limited(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One API request, in a thread, once the operator's rate limit allows (k8s/rate_limit.py)."""
+    await rate_limit.acquire()
+    return await asyncio.to_thread(call, *args, **kwargs)
 
 
 def refused(error: BaseException) -> WriteRefused:
@@ -66,10 +75,21 @@ class KubeStore:
         return [item for item in await self.list_trials_of(self.experiment) if owned_by(item, self.uid)]
 
     async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
-        listing = await asyncio.to_thread(
-            self._api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS,
-            label_selector=f"{EXPERIMENT_LABEL}={experiment}")
-        return listing["items"]
+        """In pages of ``LIST_PAGE`` (``limit`` and ``continue``): a 10,000-Trial Experiment is
+        not one response the API server builds in memory and sends at once."""
+        items: list[dict[str, Any]] = []
+        page = ""
+        while True:
+            options: dict[str, Any] = {"label_selector": f"{EXPERIMENT_LABEL}={experiment}", "limit": LIST_PAGE,
+                                       "_request_timeout": LIST_TIMEOUT_S}
+            if page:
+                options["_continue"] = page
+            listing = await _limited(
+                self._api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, **options)
+            items += listing["items"]
+            page = (listing.get("metadata") or {}).get("continue") or ""
+            if not page:
+                return items
 
     def _count(self, resource: str, verb: str, body: Any) -> None:
         size = json_size(body)
@@ -79,7 +99,7 @@ class KubeStore:
 
     async def _call(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return await asyncio.to_thread(call, *args, _request_timeout=WRITE_TIMEOUT_S, **kwargs)
+            return await _limited(call, *args, _request_timeout=WRITE_TIMEOUT_S, **kwargs)
         except ApiException:
             raise
         except Exception as error:   # urllib3: refused, reset, timed out
@@ -116,7 +136,7 @@ class KubeStore:
 
     async def _get_trial(self, name: str) -> dict[str, Any] | None:
         try:
-            return await asyncio.to_thread(
+            return await _limited(
                 self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, name)
         except ApiException as error:
             if error.status == 404:
@@ -131,7 +151,7 @@ class KubeStore:
                  self.namespace, self.experiment, meta["name"])
         metrics.api_write("trials", "delete")
         try:
-            await asyncio.to_thread(
+            await _limited(
                 self._api.delete_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, meta["name"],
                 body={"preconditions": {"uid": meta["uid"]}, "propagationPolicy": "Background"})
         except ApiException as error:
@@ -182,7 +202,8 @@ class KubeStore:
                 "type": kind, "reason": cap_text(reason, 128), "message": cap_text(message, MAX_MESSAGE_BYTES), "source": {"component": "kubetune"},
                 "reportingComponent": "kubetune", "firstTimestamp": now, "lastTimestamp": now, "count": 1})
         try:
-            await asyncio.to_thread(post)
+            await rate_limit.acquire()     # two requests: a GET and the Event
+            await _limited(post)
             metrics.event_posted(kind, reason)
         except Exception as error:  # noqa: BLE001 - a lost warning must not stop the experiment
             log.warning("cannot post %s on Trial %s: %s", reason, trial, error)
