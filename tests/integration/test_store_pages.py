@@ -31,9 +31,11 @@ def test_trials_are_listed_in_pages_each_request_rate_limited(kube_cluster, name
         limits.append((kwargs.get("limit"), bool(kwargs.get("_continue"))))
         return real_list(*args, **kwargs)
     monkeypatch.setattr(store._api, "list_namespaced_custom_object", listing)
-    monkeypatch.setattr(rate_limit, "_bucket", rate_limit.TokenBucket(qps=1000.0, burst=1))
+    # 4 requests a second, a burst of 1, on a clock that stands still: no token comes back, so
+    # whatever a page takes, the second waits 0.25 s and the third 0.5 s
+    monkeypatch.setattr(rate_limit, "_bucket", rate_limit.TokenBucket(qps=4.0, burst=1, clock=lambda: 0.0))
 
     trials = asyncio.run(store.list_trials())
     assert sorted(t["metadata"]["name"] for t in trials) == [f"paged-{i}" for i in range(5)]
     assert limits == [(2, False), (2, True), (2, True)]
-    assert rate_limit.bucket().waited == 2       # a burst of 1: the second and third pages waited
+    assert rate_limit.bucket().waited == 2       # the second and third pages waited for a token
