@@ -160,3 +160,24 @@ def test_namespace_weights_come_from_the_operator_flag():
                          ("Team_A=2", "is not a namespace name"), ("team-a", "must be a number")):
         with pytest.raises(SettingError, match=f"--namespace-weight: .*{named}"):
             parsed(f"--namespace-weight={wrong}")
+
+
+def test_a_queued_trials_words_stay_the_same_while_the_line_moves():
+    """Each change of a queued Trial's message is a status write: its place in line, which
+    moves with every grant, is not in it."""
+    ledger = _ledger(1)
+    holder = "a/x/t0"
+    assert ledger.try_acquire(holder, CPU)
+    waiting = [f"b/y/t{i}" for i in range(5)] + ["c/z/t0", "c/z/t1"]
+    for owner in waiting:
+        ledger.set_waiting(owner, CPU)
+    watched = waiting[-3]
+    said, rounds = set(), 0
+    while watched in waiting:
+        ledger.release(holder)                  # room for one: whose turn is it?
+        if not ledger.next_owner_allowed(watched):
+            said.add(ledger.queue_reason(watched))
+            rounds += 1
+        holder = next(owner for owner in waiting if ledger.try_acquire(owner, CPU))
+        waiting.remove(holder)
+    assert rounds >= 3 and len(said) == 1 and "waiting for its turn" in said.pop()

@@ -161,7 +161,7 @@ def test_longest_waiting_gets_freed_resources_first():
     led.release("running")
     # exp-b asks first after the release, but exp-a waited longer and fits now.
     assert not led.try_acquire("exp-b/t0", [Resources(cpu=1, gpu=1)])
-    assert "behind 1 earlier request" in led.queue_reason("exp-b/t0")
+    assert "waiting for its turn" in led.queue_reason("exp-b/t0")
     assert led.try_acquire("exp-a/t0", [Resources(cpu=1, gpu=1)])
     assert not led.is_waiting("exp-a/t0")
 

@@ -1,10 +1,15 @@
 """Whether a trial's bundles could ever run on a cluster's nodes (or the node types its
 autoscaler adds), and if not, why, in words naming the resource and the largest node.
-Used by the ledger (core/resources.py); pure."""
+The ledger's words for a waiting trial live here too (core/resources.py); pure."""
 from __future__ import annotations
 
 from kubetune.spec.quantities import format_memory
 from kubetune.spec.resources import Resources, _fmt
+
+
+# no place in line: it moves with every grant, each change a write of every queued Trial
+WAITING_ITS_TURN = ("waiting for its turn: requests of higher priority, then of the namespaces and "
+                    "Experiments holding the least of the cluster, go first (fair sharing)")
 
 
 def describe_amount(kind: str, value: float) -> str:

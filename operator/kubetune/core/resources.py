@@ -14,8 +14,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from kubetune.core.feasibility import amount_only as _amount_only, describe_amount, infeasibility, kind_order as _kind_order, \
-    nodes_text as _nodes
+from kubetune.core.feasibility import (WAITING_ITS_TURN, amount_only as _amount_only, describe_amount, infeasibility,
+                                      kind_order as _kind_order, nodes_text as _nodes)
 from kubetune.core.fair_share import FairState, Request, append_key, fair_keys, groups, unregistered_key
 from kubetune.spec.resources import Resources, TrialResources
 
@@ -359,9 +359,7 @@ class ResourceLedger:
                     f"({_amount_only(kind, free.amount(kind))} free of "
                     f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
         if not self.next_owner_allowed(owner):
-            line = self._current_line()
-            ahead = bisect.bisect_left(line.keys, line.key_of[owner])
-            return f"waiting behind {ahead} earlier request(s) of equal or higher priority"
+            return WAITING_ITS_TURN
         return "resources are free; starting at the next step"
 
     def queue_summary(self, owners: list[str]) -> str:
