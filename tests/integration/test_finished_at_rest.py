@@ -6,8 +6,10 @@ serve loop (controller/operator_state.py), on real Ray, with the in-memory store
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
+import weakref
 
 import pytest
 
@@ -54,8 +56,12 @@ def test_a_finished_experiment_lets_its_controller_go_and_a_spec_change_brings_o
     async def scenario() -> None:
         daemon = asyncio.create_task(state.serve(*key, body, lambda: bool(stop)))
         try:
+            await _until(lambda: key in state.controllers, 60, "the Experiment's controller")
+            controller = weakref.ref(state.controllers[key])
             await _until(lambda: key in state.resting, 180, "the finished Experiment to rest")
-            assert key not in state.controllers                      # its runner and trials are gone
+            assert key not in state.controllers
+            gc.collect()
+            assert controller() is None, gc.get_referrers(controller())   # its runner and trials are gone
             assert phases() == ["Succeeded"] * 3
             assert state.resting[key] == {"phase": "Succeeded", "trialCounts": store.experiment_status["trialCounts"]}
 

@@ -51,6 +51,7 @@ class OperatorState:
             status = controller.written_status
             self.resting[key] = {"phase": status.get("phase"), "trialCounts": dict(status.get("trialCounts") or {})}
             self.controllers.pop(key, None)
+            del controller, status     # this frame must not keep the runner alive while it rests
             wakeup = self._rest_wakeups[key] = asyncio.Event()
             try:
                 while not stopped() and (body.get("metadata") or {}).get("generation") == generation:
