@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP) postgres chromium
 	$(BIN)/kubetune devcluster build
-	$(BIN)/python -m pytest tests -q -ra
+	$(BIN)/python -m pytest tests -q -ra --durations=25
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
