@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -34,7 +35,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    # as SystemExit, so that the operator, the Ray head and the control plane are ended
+    # by the finally blocks (a background job's SIGINT is ignored; SIGTERM is not)
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse(argv)
     chosen = [s.strip() for s in args.shapes.split(",") if s.strip()]
     if not chosen or set(chosen) - {"many", "big"}:
