@@ -133,7 +133,7 @@ class ScaleRun:
                 raise RuntimeError(f"the operator exited with {operator.process.returncode}:\n{operator.log_tail()}")
             done = observer.trials_finished(keys)
             if self.settings.restart and restart is None and done >= self.total_trials / 2:
-                restart = self._kill_and_restart(operator, watches, done)
+                restart = self._kill_and_restart(observer, operator, watches, done)
             if time.time() - last_note > 30:
                 last_note = time.time()
                 self.log(f"{time.time() - began:6.0f} s: {done}/{self.total_trials} trials finished, "
@@ -141,14 +141,19 @@ class ScaleRun:
             time.sleep(0.5)
         return restart
 
-    def _kill_and_restart(self, operator: Operator, watches: list[ProcessWatch], done: int) -> dict[str, Any]:
+    def _kill_and_restart(self, observer: Observer, operator: Operator, watches: list[ProcessWatch],
+                          done: int) -> dict[str, Any]:
         watches[-1].stop()
         killed = time.time()
         operator.kill()
+        # progress after the restart must be the new operator's: let the watch deliver
+        # the dead one's last writes first
+        quiet = observer.quiet(3.0)
         operator.start()
         watches.append(ProcessWatch(operator.process.pid).start())
         self.log(f"SIGKILLed the operator at {done}/{self.total_trials} trials finished; restarted")
-        return {"killed": killed, "restarted": time.time(), "trials_finished_at_kill": done}
+        return {"killed": killed, "restarted": time.time(), "trials_finished_at_kill": done,
+                "watch_quiet_before_restart": quiet}
 
     def _settled(self, bench: KubeBench, quiet_s: float = 3.0, timeout_s: float = 60.0) -> apimetrics.Snapshot:
         """The apiserver's metrics once the operator's last writes are done."""

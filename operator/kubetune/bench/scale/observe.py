@@ -73,6 +73,7 @@ class Observer:
         self.trials: dict[str, TrialSeen] = {}
         self.experiments: dict[str, ExperimentSeen] = collections.defaultdict(ExperimentSeen)
         self.own_requests: collections.Counter[str] = collections.Counter()   # "<resource> <VERB>"
+        self.last_event = 0.0                  # when the last watch event arrived
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -148,6 +149,7 @@ class Observer:
                         version = None
                         break
                     version = obj["metadata"]["resourceVersion"]
+                    self.last_event = time.time()
                     if event["type"] in ("ADDED", "MODIFIED"):
                         handle(obj, time.time())
                     if self._stop.is_set():
@@ -193,6 +195,16 @@ class Observer:
             seen.phase = phase
 
     # ------------------------------------------------------------ questions
+
+    def quiet(self, seconds: float, timeout_s: float = 60.0) -> bool:
+        """Wait until no watch event arrived for ``seconds`` (at most ``timeout_s``): once
+        the operator is killed, what still arrives was written before it died."""
+        deadline = time.monotonic() + timeout_s
+        while time.time() - self.last_event < seconds:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def trials_finished(self, keys: Iterable[str]) -> int:
         """Trials of these Experiments seen in a final phase."""
