@@ -30,10 +30,12 @@ pytestmark = pytest.mark.integration
 EXPERIMENTS, NAMESPACES, TRIALS, PARALLELISM, CPU = 20, 4, 10, 2, 0.05
 RAY_CPUS = 1                           # 20 slots of 0.05: fewer than the 40 asked for
 # Fair shares start an Experiment's trial about every 20 completions; the longest waits
-# seen were 43-57, and 86 when an operator restart restored some Experiments last. An
-# Experiment served only after the others (first come, first served with 20 slots for
-# 20 Experiments) waits for more than half of all trials: that fails.
-STARVATION_BOUND = EXPERIMENTS * TRIALS // 2 - 1
+# seen were 43-59, and 86 when an operator restart restored some Experiments last. An
+# Experiment served only after the others waits for all the others' trials (190): that
+# fails. The bound sits between the two, at three quarters of all trials, so a loaded CI
+# machine's restart order cannot fail a run the benchmark would call fair (its figures
+# are bench.scale's to report, not this test's).
+STARVATION_BOUND = EXPERIMENTS * TRIALS * 3 // 4
 
 
 @pytest.fixture
