@@ -271,3 +271,11 @@ def test_a_page_gets_the_last_body_at_once_and_what_changed_on_its_next_poll(wri
         assert len(trials) == 4 and time.monotonic() < deadline, "the new trial never appeared"
         time.sleep(0.05)
     assert trials[4]["state"] == "Running" and trials[4]["intermediate_values"] == [{"step": 1, "value": 3.0}]
+    # a deleted Experiment: its kept body goes, its page answers 404 (at the latest on a later poll)
+    written.delete_experiment("exp-uid")
+    monkeypatch.setattr(storage_module, "STUDIES_TTL_SECONDS", 0.0)
+    deadline = time.monotonic() + 60
+    while not api(app, f"/api/studies/{study_id}")[0].startswith("404"):
+        assert time.monotonic() < deadline, "the deleted Experiment's page is still served"
+        time.sleep(0.05)
+    assert study_id not in app.kubetune_details._pieces

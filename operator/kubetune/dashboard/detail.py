@@ -120,7 +120,9 @@ class StudyDetails:
         """Make the study's body again from the dashboard's trial list (kept for the
         dashboard's own TTL), reusing every unchanged trial's JSON."""
         study = odc.get_study(self._storage, study_id)
-        if study is None:
+        if study is None:   # deleted (or never was): its body goes, the next request is answered 404
+            with self._lock:
+                self._pieces.pop(study_id, None)
             return None
         made = time.monotonic()
         trials = odc.get_trials(self._app_cache, self._storage, study_id)
@@ -164,10 +166,14 @@ class StudyDetails:
         return trial_json(study_id, trial, system_attrs)
 
     def _make_all(self) -> None:
-        for study in self._storage.get_all_studies():
+        present = [self._storage.get_study_id_from_name(s.study_name) for s in self._storage.get_all_studies()]
+        with self._lock:   # Experiments deleted since (retention, kubectl delete): their bodies go
+            for gone in set(self._pieces) - set(present):
+                del self._pieces[gone]
+        for study_id in present:
             if self._stopped.is_set():
                 return
-            self._parts(self._storage.get_study_id_from_name(study.study_name))
+            self._parts(study_id)
 
     def keep(self) -> None:
         """Make every study's body now (the warm-up), then again every KEEP_SECONDS until
