@@ -47,6 +47,10 @@ class OperatorState:
             await controller.run(lambda: stopped() or controller.at_rest())
             if stopped() or controller.stopped_by_request or self.controllers.get(key) is not controller:
                 return
+            # the last word before it goes: a condition that cleared since the last cycle
+            # (a results store back: ResultsStoreUnavailable False) is rendered from live
+            # state, which resting drops; unwritten, the status would keep saying True
+            await controller.status.flush(force=True)
             generation = (body.get("metadata") or {}).get("generation")
             status = controller.written_status
             self.resting[key] = {"phase": status.get("phase"), "trialCounts": dict(status.get("trialCounts") or {})}
