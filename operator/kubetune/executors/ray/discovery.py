@@ -146,6 +146,7 @@ class ActorDiscovery:
                       placement_group=group, namespace=experiment_namespace(self.namespace, prefix))
 
     def _adopt(self, name: str, worker: Worker, answer: dict) -> None:
+        idle = False
         with self._lock:
             key = answer["trial_key"]
             if key is not None and key not in self._slots:
@@ -156,11 +157,15 @@ class ActorDiscovery:
                             self._slots[key].worker.name)
                 self._pool.kill(worker)
             elif key is None and worker.pool_key and not answer["stray_threads"]:
-                self._pool.give_back(worker)
+                idle = True
             elif key is None:
                 # a dedicated actor hosting nothing (a leftover), or a worker still running
                 # threads of its last trial (retired, see trainable/host.py)
                 self._pool.kill(worker)
+        if idle:
+            # outside the lock: giving a worker back asks Ray for the cluster's size, which
+            # waits for as long as Ray is down, and poll (RayUnavailable) needs the lock
+            self._pool.give_back(worker)
 
     def unknown_update(self, key: str) -> TrialUpdate:
         """The update of a trial no known actor hosts: running while an actor of its
