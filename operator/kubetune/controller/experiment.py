@@ -202,6 +202,8 @@ class ExperimentController:
                  and written.get("observedGeneration") == ctx.generation is not None)
         if not final or self._in_cycle or self.status.blocked is not None:
             return False
+        if ctx.results is not None and ctx.results.writer.problem:
+            return False    # its ResultsStoreUnavailable must still be seen to clear
         if ctx.runner is None:
             return self.intake.finished_at_start and self.runs.orphans_checked
         return (ctx.runner.finished is not None and not ctx.runner.active_trials() and self.runs.orphans_checked
