@@ -121,16 +121,22 @@ class WorkerPool:
         for victim in idle:
             if all(held.get(k, 0.0) <= v + 1e-9 for k, v in total.items()):
                 return
-            with self._lock:
-                workers = self._idle.get(victim.pool_key, [])
-                if victim not in workers:
-                    continue
-                workers.remove(victim)
-                if not workers:
-                    del self._idle[victim.pool_key]
+            if not self._withdraw(victim):
+                continue
             self.kill(victim)
             for k, v in victim.shape.total().items():
                 held[k] = held.get(k, 0.0) - v
+
+    def _withdraw(self, worker: Worker) -> bool:
+        """Take an idle worker out of the pool to end it; False if another thread took it."""
+        with self._lock:
+            workers = self._idle.get(worker.pool_key, [])
+            if worker not in workers:
+                return False
+            workers.remove(worker)
+            if not workers:
+                del self._idle[worker.pool_key]
+            return True
 
     def forget(self, prefix: str) -> None:
         """Drop the idle workers under a trial-key prefix (their actors were killed)."""
@@ -233,11 +239,8 @@ class WorkerPool:
             ours_fit = all(held.get(k, 0.0) <= total[k] + 1e-9 for k in kinds)
             if ours_fit and all(available.get(k, 0.0) >= v for k, v in need.items()):
                 return
-            with self._lock:
-                workers = self._idle.get(worker.pool_key, [])
-                if worker not in workers:
-                    continue
-                workers.remove(worker)
+            if not self._withdraw(worker):
+                continue
             self.kill(worker)
             for k, v in worker.shape.total().items():
                 available[k] = available.get(k, 0.0) + v
