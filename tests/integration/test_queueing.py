@@ -165,16 +165,21 @@ def test_two_experiments_share_the_cluster_and_priority_goes_first(autoscaling_o
                                                                    module_namespace, tmp_path):
     api, ns = experiments_api, module_namespace
     gate = tmp_path / "gate"
-    create(api, ns, gated_experiment("low", gate, count=4))
-    # both GPUs held by "low" (its trials wait at the gate), its other two trials queued
-    wait_for(lambda: sorted(phases(api, ns, "low").values()) == ["Queued", "Queued", "Running", "Running"],
-             timeout=120, interval=0.2, message="low: 2 running, 2 queued")
-    create(api, ns, gated_experiment("high", gate, count=2, priority=10))
-    wait_for(lambda: list(phases(api, ns, "high").values()) == ["Queued", "Queued"],
-             timeout=60, interval=0.2, message="high: 2 queued")
-    assert get_experiment(api, ns, "high")["status"]["queueReason"] == \
-        "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
-    gate.touch()
+    try:
+        create(api, ns, gated_experiment("low", gate, count=4))
+        # both GPUs held by "low" (its trials wait at the gate), its other two trials queued
+        wait_for(lambda: sorted(phases(api, ns, "low").values()) == ["Queued", "Queued", "Running", "Running"],
+                 timeout=120, interval=0.2, message="low: 2 running, 2 queued")
+        create(api, ns, gated_experiment("high", gate, count=2, priority=10))
+        wait_for(lambda: list(phases(api, ns, "high").values()) == ["Queued", "Queued"],
+                 timeout=60, interval=0.2, message="high: 2 queued")
+        # the Trials' phases and the Experiment's summary are separate writes: wait for the summary
+        expected = "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+        wait_for(lambda: (get_experiment(api, ns, "high").get("status") or {}).get("queueReason") == expected,
+                 timeout=30, interval=0.2, message=f"high's queueReason {expected!r}")
+    finally:
+        # release the held GPUs whatever happened, or every later test of the module waits for them
+        gate.touch()
     wait_condition(api, ns, "high", "Succeeded", timeout=120, operator=autoscaling_operator)
     wait_condition(api, ns, "low", "Succeeded", timeout=120, operator=autoscaling_operator)
 
@@ -194,24 +199,27 @@ def test_two_bundle_trial_starts_only_when_both_bundles_fit(autoscaling_operator
     import ray
     api, ns = experiments_api, module_namespace
     gate = tmp_path / "gate"
-    create(api, ns, gated_experiment("hold", gate, count=1))
-    wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(api, ns, "hold")] == [1],
-             timeout=120, interval=0.2, message="hold-0 running on a GPU node")
-    create(api, ns, gpu_experiment("pair", bundles=2, budget={"maxTrials": 1}))
+    try:
+        create(api, ns, gated_experiment("hold", gate, count=1))
+        wait_for(lambda: [(t.get("status") or {}).get("iteration") for t in trials(api, ns, "hold")] == [1],
+                 timeout=120, interval=0.2, message="hold-0 running on a GPU node")
+        create(api, ns, gpu_experiment("pair", bundles=2, budget={"maxTrials": 1}))
 
-    def pair_queue_reason() -> str:
-        items = trials(api, ns, "pair")
-        status = (items[0].get("status") or {}) if items else {}
-        return status.get("message", "") if status.get("phase") == "Queued" else ""
+        def pair_queue_reason() -> str:
+            items = trials(api, ns, "pair")
+            status = (items[0].get("status") or {}) if items else {}
+            return status.get("message", "") if status.get("phase") == "Queued" else ""
 
-    # both GPU nodes up, one GPU free: not enough for the pair, and nothing of it is reserved
-    wait_for(lambda: pair_queue_reason() == "waiting for 2 GPU (1 free of 2); scale-up requested",
-             timeout=120, interval=0.2, message="pair-0 queued with one of two GPUs free")
-    assert get_experiment(api, ns, "pair")["status"]["queueReason"] == \
-        "1 trial queued: each needs 2 GPU, 1 free; scale-up requested"
-    assert not [pg for pg in ray.util.placement_group_table().values() if f"/{ns}/pair/" in pg["name"]]
-
-    gate.touch()
+        # both GPU nodes up, one GPU free: not enough for the pair, and nothing of it is reserved
+        wait_for(lambda: pair_queue_reason() == "waiting for 2 GPU (1 free of 2); scale-up requested",
+                 timeout=120, interval=0.2, message="pair-0 queued with one of two GPUs free")
+        expected = "1 trial queued: each needs 2 GPU, 1 free; scale-up requested"
+        wait_for(lambda: (get_experiment(api, ns, "pair").get("status") or {}).get("queueReason") == expected,
+                 timeout=30, interval=0.2, message=f"pair's queueReason {expected!r}")
+        assert not [pg for pg in ray.util.placement_group_table().values() if f"/{ns}/pair/" in pg["name"]]
+    finally:
+        # release the held GPU whatever happened, or every later test of the module waits for it
+        gate.touch()
 
     def pair_group() -> dict | None:
         groups = [pg for pg in ray.util.placement_group_table().values()
