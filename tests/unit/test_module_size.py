@@ -1,5 +1,6 @@
 """The size bounds of issue 31 (docs/explanation/design.md: Layout): no module under
-controller/ or core/ has more than 400 lines, and no function there more than 60.
+controller/, core/ or executors/ has more than 400 lines, and no function under
+controller/ or core/ more than 60.
 
 A module that outgrows the bound has taken a second job: split it along that seam (as
 core/runner.py -> runner_events.py, runner_restart.py, budget.py) rather than raise the
@@ -14,7 +15,8 @@ import pathlib
 import kubetune
 
 PACKAGE = pathlib.Path(kubetune.__file__).parent
-BOUNDED = ("controller", "core")
+BOUNDED = ("controller", "core")                   # modules and functions
+LINE_BOUNDED = BOUNDED + ("executors",)            # modules
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -29,16 +31,17 @@ def oversized(source: str) -> tuple[int | None, dict[str, int]]:
     return (lines if lines > MAX_MODULE_LINES else None), functions
 
 
-def bounded_modules() -> list[pathlib.Path]:
-    return sorted(path for folder in BOUNDED for path in (PACKAGE / folder).rglob("*.py"))
+def bounded_modules(folders: tuple[str, ...] = BOUNDED) -> list[pathlib.Path]:
+    return sorted(path for folder in folders for path in (PACKAGE / folder).rglob("*.py"))
 
 
 def test_the_bounded_folders_hold_modules():
     assert len(bounded_modules()) > 20
+    assert len(bounded_modules(("executors",))) > 20
 
 
 def test_no_module_over_400_lines():
-    too_long = {str(p.relative_to(PACKAGE)): n for p in bounded_modules()
+    too_long = {str(p.relative_to(PACKAGE)): n for p in bounded_modules(LINE_BOUNDED)
                 if (n := oversized(p.read_text())[0]) is not None}
     assert too_long == {}, "split these along a seam (one job per module)"
 

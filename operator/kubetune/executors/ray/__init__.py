@@ -1,7 +1,8 @@
-"""The Ray platform: ``executor.RayExecutor`` (the ``TrialExecutor``), with ``pool``
-(actor names, creating actors, the idle pool), ``results`` (batched fetch rounds),
-``discovery`` (re-attaching after a restart), ``liveness`` (the GCS watch),
-``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable") and
+"""The Ray platform: ``executor.RayExecutor`` (the ``TrialExecutor``), with ``slots``
+(which actor hosts which trial; launching and ending trials), ``pool`` (actor names,
+creating actors, the idle pool), ``results`` (batched fetch rounds), ``discovery``
+(re-attaching after a restart), ``liveness`` (the GCS watch), ``capacity`` (what the
+cluster offers), ``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable") and
 ``answers`` (the actor class a worker runs, and reading its JSON answers).
 
 May import: ray, executors.base, core/, trainable/.  Imports nothing itself: a Ray

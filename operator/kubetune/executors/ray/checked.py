@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kubetune.executors.base import TrialState, TrialUpdate
 from kubetune.executors.ray.answers import AnswerError
-from kubetune.spec.results import INT64_MAX, MetricError, check_iteration, check_metrics
+from kubetune.spec.results import INT64_MAX, MetricError, Result, check_iteration, check_metrics
 from kubetune.trainable.function_runner import TERMINAL, TRACEBACK_TAIL_CHARS, RUNNING
 from kubetune.trainable.host import UNKNOWN
 
@@ -72,6 +73,23 @@ def batch(value: Any, key: str, limit: int) -> dict:
                "started_at": _epoch(value.get("started_at"), "started_at"),
                "ended_at": _epoch(value.get("ended_at"), "ended_at")}
     return checked
+
+
+def to_update(key: str, batch: dict, after: int) -> TrialUpdate:
+    """A ``TrialUpdate`` from a checked ``batch``, with the results after seq ``after``."""
+    results = tuple(Result.from_wire(r, attempt=batch.get("attempt")) for r in batch["results"] if r["seq"] > after)
+    state = TrialState(batch["state"]) if batch["state"] != UNKNOWN else TrialState.MISSING
+    return TrialUpdate(key, state, results, batch.get("error", ""),
+                       attempt=batch.get("attempt"), checkpoint=batch.get("checkpoint"),
+                       iteration=batch.get("iteration"), run_started=_seconds(batch.get("started_at")),
+                       run_ended=_seconds(batch.get("ended_at")))
+
+
+def _seconds(value: object) -> float | None:
+    """An epoch time from the actor's answer, or None: a host is not trusted to send a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e11:
+        return float(value)
+    return None
 
 
 def _epoch(value: Any, field: str) -> float | None:

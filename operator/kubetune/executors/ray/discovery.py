@@ -28,7 +28,7 @@ from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.spec.model import TrialResources
 from kubetune.executors.ray.pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
                                          experiment_namespace, experiment_prefix)
-from kubetune.executors.ray.results import Slot
+from kubetune.executors.ray.slots import Slot
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,9 @@ open, and does the same cluster (its session) answer there? If not, the executor
 drops the connection and connects again once a cluster answers; the trials that ran
 on the lost one are relaunched from their checkpoints as cluster faults, which do not
 count against ``maxFailures``.
+
+Before it connects at all, ``probe`` opens the address's port: an address nothing
+answers at fails at once, saying why, instead of after ray.init's minutes of retries.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import time
 import ray
 
 from kubetune.executors.ray import ray_compat
+from kubetune.executors.ray.errors import RayUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,27 @@ def prepare_driver_env(address: str) -> None:
     lives and dies with the operator."""
     if address != "local":
         os.environ["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(GCS_RECONNECT_TIMEOUT_S)
+
+
+def probe(address: str, timeout_s: float) -> None:
+    """Before ``ray.init``: fail fast on an unreachable ``host:port`` (ray.init would retry
+    for minutes), saying what a user fixes: the name, the port, or the network."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return    # "auto" and the like: ray.init resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        if isinstance(exc, socket.gaierror):
+            why = f"the host name {host} does not resolve ({exc.strerror or exc})"
+        elif isinstance(exc, ConnectionRefusedError):
+            why = f"connection refused: nothing listens on port {port} of {host}"
+        elif isinstance(exc, (socket.timeout, TimeoutError)):
+            why = f"no answer from {host}:{port} (timed out)"
+        else:
+            why = str(exc)
+        raise RayUnavailableError(address, f"cannot open a connection to {target}: {why}") from exc
 
 
 class ClusterWatch:
