@@ -12,7 +12,7 @@ import urllib.request
 from kubetune.devcluster.processes import free_port
 from recovery_fixtures import OperatorWithEnv
 
-__all__ = ["Replica", "alive", "lease_holder", "named_actors"]
+__all__ = ["Replica", "alive", "http_status", "lease_holder", "named_actors"]
 
 
 def alive(pid: int) -> bool:
@@ -22,6 +22,18 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def http_status(url: str, timeout: float = 2.0) -> int:
+    """The HTTP status ``url`` answers with; 0 when nothing answers (a health endpoint
+    polled with ``wait_for`` while its operator starts, stops or hangs)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
 
 
 def named_actors(address: str, prefix: str) -> list[str]:
@@ -57,13 +69,7 @@ class Replica(OperatorWithEnv):
         return "\n".join(p.read_text() for p in sorted(self.workdir.glob(f"replica-{self.identity}-*.log")))
 
     def status(self, path: str) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=2) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            return error.code
-        except OSError:
-            return 0
+        return http_status(f"http://127.0.0.1:{self.health_port}{path}")
 
 
 def lease_holder(kube_cluster, namespace: str) -> str:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from k8s_helpers import GROUP, VERSION, create, experiment, experiment_gone, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
-from lifecycle_helpers import Replica, lease_holder, named_actors
+from lifecycle_helpers import Replica, http_status, lease_holder, named_actors
 from test_recovery import LOSS, RESUMABLE, assert_history_is_the_functions, column
 
 pytestmark = pytest.mark.integration
@@ -104,14 +102,7 @@ class Probes:
     def _run(self) -> None:
         while not self._stop.wait(1.0):
             for replica in self.replicas:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{replica.health_port}/healthz",
-                                                timeout=PROBE_TIMEOUT_S) as response:
-                        code = response.status
-                except urllib.error.HTTPError as error:
-                    code = error.code
-                except OSError:
-                    code = 0
+                code = http_status(f"http://127.0.0.1:{replica.health_port}/healthz", timeout=PROBE_TIMEOUT_S)
                 self.asked += 1
                 if code != 200:
                     self.failed.append((replica.identity, code))

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +29,7 @@ from kube_fixtures import temporary_namespace, wait_for
 from kubetune.devcluster.processes import free_port
 from kubetune.executors.pods.ingest_http import MAX_CONNECTIONS
 from kubetune.k8s.client import GROUP, VERSION
+from lifecycle_helpers import http_status
 from operator_fixtures import OperatorProcess
 from test_results_operator import stored_results
 from test_tenant_results import SlowLoris
@@ -63,13 +62,7 @@ class Listener:
 
 
 def liveness(port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return 0
+    return http_status(f"http://127.0.0.1:{port}/healthz", timeout=10)
 
 
 @pytest.fixture

@@ -14,12 +14,19 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> list[str] | None:
+def _read(pid: int, name: str) -> str | None:
+    """/proc/<pid>/<name>, or None once the process is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        with open(f"/proc/{pid}/{name}") as handle:
+            return handle.read()
+    except OSError:
         return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
+    text = _read(pid, "stat")
+    return text.rsplit(")", 1)[1].split() if text and ")" in text else None
 
 
 def descendants(root: int) -> list[int]:
@@ -37,32 +44,24 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def usage(pids: Iterable[int]) -> tuple[int, float]:
+    """The resident bytes and the CPU seconds (utime stime cutime cstime) of ``pids``."""
+    pages = ticks = 0
+    for fields in filter(None, map(_stat, pids)):
+        pages += int(fields[21])
+        ticks += sum(int(x) for x in fields[11:15])
+    return pages * PAGE, ticks / TICKS
+
+
 def rss_bytes(pids: Iterable[int]) -> int:
-    total = 0
-    for pid in pids:
-        fields = _stat(pid)
-        if fields:
-            total += int(fields[21]) * PAGE      # rss, in pages
-    return total
-
-
-def cpu_seconds(pids: Iterable[int]) -> float:
-    total = 0
-    for pid in pids:
-        fields = _stat(pid)
-        if fields:
-            total += sum(int(x) for x in fields[11:15])   # utime stime cutime cstime
-    return total / TICKS
+    return usage(pids)[0]
 
 
 def hwm_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    """The process's own peak resident memory (VmHWM)."""
+    for line in (_read(pid, "status") or "").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
     return 0
 
 
@@ -86,8 +85,9 @@ class ProcessWatch:
         pids = descendants(self.pid)
         if _stat(self.pid) is None:
             return
-        self.peak_rss = max(self.peak_rss, rss_bytes(pids), hwm_bytes(self.pid))
-        self.cpu_s = max(self.cpu_s, cpu_seconds(pids))
+        rss, cpu_s = usage(pids)
+        self.peak_rss = max(self.peak_rss, rss, hwm_bytes(self.pid))
+        self.cpu_s = max(self.cpu_s, cpu_s)
         self.samples += 1
 
     def _run(self) -> None:
