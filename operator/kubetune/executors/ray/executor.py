@@ -132,6 +132,11 @@ class RayExecutor:
                 self._watch = ClusterWatch.attach(timeout_s=min(2.0, self.rpc_timeout_s))
             self._connected = True
 
+    def gcs_endpoint(self) -> tuple[str, int] | None:
+        """The watched GCS's host and port (None: ``local``, Ray Client, or not connected)."""
+        watch = self._watch
+        return watch.endpoint if watch is not None else None
+
     @staticmethod
     def is_unavailable(error: BaseException) -> bool:
         return is_unavailable(error)

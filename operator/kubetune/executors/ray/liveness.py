@@ -96,6 +96,10 @@ class ClusterWatch:
     def _session(self) -> bytes | None:
         return self._client.internal_kv_get(_SESSION_KEY, _SESSION_NAMESPACE, timeout=self.timeout_s)
 
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        return self._endpoint
+
     def check(self) -> str:
         """"" while the cluster we connected to answers; else why it does not. The port
         probe is cheap and runs every time: a GCS query must never be made to a dead GCS;

@@ -36,6 +36,8 @@ from typing import Any, Callable, Mapping
 
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
+from kubetune.executors.ray.errors import RayUnavailableError
+from kubetune.executors.ray.outage import STUCK_CALL_CHECK_S, outage_bounded
 from kubetune.spec import ray_allowlist
 from kubetune.spec.model import ExperimentSpec
 
@@ -74,6 +76,7 @@ class RayPlatform(ExecutorPlatform):
         self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
         self.uses = 0     # ensure_connected calls: a use since a count was taken keeps the connection
         self.retired = False   # its connection ended for want of use (retire); until the next use
+        self.stuck_check_s = STUCK_CALL_CHECK_S
 
     @property
     def connected(self) -> bool:
@@ -113,11 +116,20 @@ class RayPlatform(ExecutorPlatform):
             return True
 
     async def in_thread(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a (blocking) executor call in a thread; given up with RayUnavailableError if
+        the cluster goes away while it waits (outage.py)."""
         if not self._thread_count:
-            return await asyncio.to_thread(call, *args, **kwargs)
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(self._thread_count, thread_name_prefix=f"ray {self.address}")
-        return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
+            future = asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+        else:
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(self._thread_count, thread_name_prefix=f"ray {self.address}")
+            future = asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
+        return await outage_bounded(future, self._gcs_endpoint, lambda why: RayUnavailableError(self.address, why),
+                                    self.stuck_check_s)
+
+    def _gcs_endpoint(self) -> tuple[str, int] | None:
+        endpoint = getattr(self.executor, "gcs_endpoint", None)    # a driver process times its own calls out
+        return endpoint() if endpoint is not None else None
 
     def mark_unavailable(self, error: BaseException | str) -> None:
         """A call failed because the cluster went away: reconnect before the next call."""

@@ -1,0 +1,47 @@
+"""A Ray call in flight when its cluster's head stops blocks until a GCS answers again
+(liveness.py: the operator sets Ray's reconnect timeout far out, so an outage does not
+end its process).  Run in a thread under the platform's lock, such a call would hold
+every Experiment's cycle on that cluster, and so their RayUnavailable condition, for
+the whole outage.  Imports no Ray: the platform module must load where Ray is absent."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+STUCK_CALL_CHECK_S = 5.0
+
+
+async def outage_bounded(future: "asyncio.Future[Any]", endpoint: Callable[[], tuple[str, int] | None],
+                         unavailable: Callable[[str], BaseException], check_s: float = STUCK_CALL_CHECK_S) -> Any:
+    """Await a Ray call running in a thread; every ``check_s`` it has not answered, probe
+    the GCS port (``endpoint()``, None: nothing to probe) from the event loop, and once the
+    port refuses connections give up on the call with ``unavailable(why)``.  The thread
+    stays blocked (nothing can interrupt it); its eventual outcome is dropped.  A slow call
+    to a GCS that still accepts connections is waited for: load is not an outage."""
+    while True:
+        done, _ = await asyncio.wait({future}, timeout=check_s)
+        if done:
+            return future.result()
+        target = endpoint()
+        if target is not None and not await _port_open(target):
+            future.add_done_callback(_drop_outcome)
+            raise unavailable(f"a call to Ray got no answer and its GCS at {target[0]}:{target[1]} "
+                              "refuses connections")
+
+
+async def _port_open(target: tuple[str, int], timeout_s: float = 2.0) -> bool:
+    """False only when the port refuses (or the host is unreachable); a connection
+    that does not complete in time (a loaded machine) counts as open."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(*target), timeout_s)
+    except asyncio.TimeoutError:
+        return True
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+def _drop_outcome(future: "asyncio.Future[Any]") -> None:
+    if not future.cancelled():
+        future.exception()      # retrieved: no "exception was never retrieved" warning
