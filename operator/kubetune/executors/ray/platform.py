@@ -47,6 +47,9 @@ CAPACITY_REFRESH_SECONDS = 2.0
 MAX_RECONNECT_BACKOFF_SECONDS = 30.0
 DRIVER_IDLE_SECONDS = 300.0
 DRIVER_THREADS = 4      # calls in flight to one other cluster's driver process
+# calls in flight to the operator's own cluster: threads of its own, so calls stuck in an
+# outage (outage.py) never take the threads the Kubernetes writes share (asyncio's default pool)
+CLUSTER_THREADS = 8
 
 
 class RayPlatform(ExecutorPlatform):
@@ -311,7 +314,8 @@ class RayPlatforms:
                 "ServiceAccount token; start the operator with --allow-local-ray to allow it")
         if address not in self._handles:
             if address == self.default_address:
-                self._handles[address] = RayPlatform(address, self._executor_factory, weights=self.weights)
+                self._handles[address] = RayPlatform(address, self._executor_factory, weights=self.weights,
+                                                     threads=CLUSTER_THREADS)
             elif self._separate_factory is not None:
                 separate, token_env = self._separate_factory, entry.token_env if entry is not None else ""
                 self._handles[address] = RayPlatform(address, lambda a: separate(a, token_env), weights=self.weights,
