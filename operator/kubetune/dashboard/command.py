@@ -7,7 +7,9 @@ and its page's address is printed; without, every Experiment (of ``-n`` if given
 from __future__ import annotations
 
 import argparse
+import os
 import threading
+from pathlib import Path
 from typing import Callable
 
 from sqlalchemy.engine import make_url
@@ -25,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default: this machine only; 0.0.0.0 in a Pod)")
     parser.add_argument("--store", default="",
                         help=f"results store URL (default: ${URL_ENV}, else {default_url()})")
+    parser.add_argument("--cache-dir", default=default_cache_dir(),
+                        help="keep each study's page data here, so a restarted dashboard opens a big Experiment "
+                             "at once (default: %(default)s; '' keeps nothing)")
+    parser.add_argument("--cache-size", type=int, default=1024, metavar="MiB",
+                        help="at most this much in --cache-dir; the oldest studies' data goes first "
+                             "(default: %(default)s)")
     parser.add_argument("--wait-for-store", action="store_true",
                         help="serve even before the store exists (no study until it does): the chart's Pod "
                              "starts before the operator's first result creates its SQLite file")
@@ -38,7 +46,8 @@ def main(args: argparse.Namespace) -> int:
     if args.wait_for_store:   # the chart's Pod: serve (no study yet) until the operator creates the store
         storage = ResultsStoreStorage(lambda: open_store(args.store or None, read_only=True), namespace=namespace)
         shown = make_url(args.store or default_url()).render_as_string(hide_password=True)
-        return serve(make_server(storage, args.host, args.port), args.host, "/dashboard", shown, lambda: None)
+        return serve(make_server(storage, args.host, args.port, snapshots=snapshots(args, shown)), args.host,
+                     "/dashboard", shown, lambda: None)
     try:
         store = open_store(args.store or None, read_only=True)
     except FileNotFoundError as error:
@@ -58,7 +67,18 @@ def main(args: argparse.Namespace) -> int:
     page = "/dashboard"
     if args.experiment:
         page = f"/dashboard/studies/{storage.study_id_for(namespace, args.experiment)}"
-    return serve(make_server(storage, args.host, args.port), args.host, page, store.url_shown, store.close)
+    return serve(make_server(storage, args.host, args.port, snapshots=snapshots(args, store.url_shown)), args.host,
+                 page, store.url_shown, store.close)
+
+
+def default_cache_dir() -> str:
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubetune" / "dashboard")
+
+
+def snapshots(args: argparse.Namespace, store_shown: str):
+    """Where each study's page data is kept between runs (``dashboard.snapshot``), if anywhere."""
+    from kubetune.dashboard.snapshot import Snapshots
+    return Snapshots(args.cache_dir, store_shown, args.cache_size << 20) if args.cache_dir else None
 
 
 def serve(server, host: str, page: str, store_shown: str, close: Callable[[], None]) -> int:
@@ -74,8 +94,6 @@ def serve(server, host: str, page: str, store_shown: str, close: Callable[[], No
         server.server_close()
         close()
     return 0
-
-
 
 
 def _say_when_warm(details) -> None:

@@ -15,20 +15,22 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server as
 
 from kubetune.dashboard import dashboard_compat
 from kubetune.dashboard.detail import StudyDetails
+from kubetune.dashboard.snapshot import Snapshots
 from kubetune.dashboard.storage import ResultsStoreStorage
 from kubetune.results.study_meta import EXPERIMENT_PATH
 
 EXPERIMENT_ROUTE = EXPERIMENT_PATH.format(namespace="<namespace>", name="<name>")
 
 
-def make_app(storage: ResultsStoreStorage, *, warm: bool = True):
+def make_app(storage: ResultsStoreStorage, *, warm: bool = True, snapshots: Snapshots | None = None):
     """``warm``: make every study's page data in the background now, and keep it fresh
-    (``detail.StudyDetails.start``; ``app.kubetune_details.stop()`` ends that)."""
+    (``detail.StudyDetails.start``; ``app.kubetune_details.stop()`` ends that);
+    ``snapshots``: keep it on disk too, for the next start (``snapshot``)."""
     import bottle
     import optuna_dashboard
 
     app = optuna_dashboard.wsgi(storage)
-    details = app.kubetune_details = StudyDetails(storage, dashboard_compat.app_cache(app))
+    details = app.kubetune_details = StudyDetails(storage, dashboard_compat.app_cache(app), snapshots)
     if warm:
         details.start()
 
@@ -69,6 +71,7 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def make_server(storage: ResultsStoreStorage, host: str, port: int, *, warm: bool = True) -> WSGIServer:
-    return _make_server(host, port, make_app(storage, warm=warm), server_class=_ThreadingServer,
-                        handler_class=_QuietHandler)
+def make_server(storage: ResultsStoreStorage, host: str, port: int, *, warm: bool = True,
+                snapshots: Snapshots | None = None) -> WSGIServer:
+    return _make_server(host, port, make_app(storage, warm=warm, snapshots=snapshots),
+                        server_class=_ThreadingServer, handler_class=_QuietHandler)

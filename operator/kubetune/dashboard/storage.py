@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -249,11 +250,45 @@ class ResultsStoreStorage(BaseStorage):
             else:
                 cache.stats.pop(trial_uid, None)
 
+    # ------------------------------------------------------------------ what a study is made of (snapshot.py)
+
+    def state_key(self, study_id: int) -> str | None:
+        """A digest of everything the study's trials are made of, read from the store now:
+        its Experiment row, its trial rows and every trial's result count and seqs (the
+        rows only grow, so an equal digest means the same trials).  None: no such study."""
+        study = self.studies().get(study_id)
+        if study is None or self.store is None:
+            return None
+        rows = self.store.trials(study.row.uid)
+        return _digest(study, rows, self.store.result_stats(study.row.uid))
+
+    def kept_key(self, study_id: int, trials: list[FrozenTrial]) -> str | None:
+        """``state_key`` of the state ``trials`` were made from, when they are this
+        storage's current trials of the study (the same objects), else None."""
+        study = self.studies().get(study_id)
+        with self._lock:
+            cache = self._caches.get(study_id)
+        if study is None or cache is None:
+            return None
+        with cache.lock:
+            if len(trials) != len(cache.trials) or any(a is not b for a, b in zip(trials, cache.trials)):
+                return None
+            return _digest(study, list(cache.rows.values()), cache.stats)
+
     # ------------------------------------------------------------------ writes: refused
 
     create_new_study = delete_study = set_study_user_attr = set_study_system_attr = _read_only
     create_new_trial = set_trial_param = set_trial_state_values = set_trial_intermediate_value = _read_only
     set_trial_user_attr = set_trial_system_attr = _read_only
+
+
+def _digest(study: _Study, rows: list[TrialRow], stats: dict[str, tuple]) -> str:
+    row = study.row
+    state = [study.id, study.name, [row.uid, row.namespace, row.name, row.metric, row.mode, row.phase, row.created,
+                                    row.study],
+             [[r.uid, r.name, r.index, r.params, r.phase, r.reason, r.best, r.iteration, r.attempt, stats.get(r.uid)]
+              for r in rows]]
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _curves(rows: list[tuple[str, int, float, float]], wanted: set[str]) -> dict[str, Curve]:
