@@ -61,6 +61,9 @@ def test_sqlite_store_is_mounted_read_only_on_the_operators_node_with_no_rights(
     assert (args.host, args.port, args.store, args.wait_for_store) == (
         "0.0.0.0", 8080, "sqlite:////var/lib/kubetune/results.db", True)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # each study's page data on a volume of its own (kept across container restarts), bounded
+    [cache] = [m for m in container["volumeMounts"] if m["mountPath"] == args.cache_dir]
+    assert args.cache_size == 1024 and volumes[cache["name"]]["emptyDir"] == {"sizeLimit": "2048Mi"}
     # the operator names each Experiment's page: --dashboard-url, a valid setting
     from kubetune.settings import from_args
     operator_args = cli.build_parser().parse_args(

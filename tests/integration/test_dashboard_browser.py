@@ -52,7 +52,8 @@ class Dashboard:
     def __init__(self, *args: str, store: str, log: Path) -> None:
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kubetune", "dashboard", *args, "--store", store, "--port", "0"],
+            [sys.executable, "-m", "kubetune", "dashboard", *args, "--store", store, "--port", "0",
+             "--cache-dir", str(log.parent / "dashboard-cache")],
             stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
         line = self.process.stdout.readline()   # the command prints its address once it listens
         match = re.search(r"(http://\S+?)(/dashboard\S*)", line)

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from kubetune.dashboard import dashboard_compat, detail as detail_module, storage as storage_module
 from kubetune.dashboard.server import make_app
+from kubetune.dashboard.snapshot import Snapshots
 from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage, study_id_of
 from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
 from kubetune.results.study_meta import study_json
@@ -279,3 +280,35 @@ def test_a_page_gets_the_last_body_at_once_and_what_changed_on_its_next_poll(wri
         assert time.monotonic() < deadline, "the deleted Experiment's page is still served"
         time.sleep(0.05)
     assert study_id not in app.kubetune_details._pieces
+
+
+def test_a_restarted_dashboard_answers_from_the_kept_page_until_the_store_changes(written, store_url, tmp_path):
+    """The keeper keeps each study's body on disk (dashboard/snapshot.py): a new dashboard
+    answers the first opening with it, without reading the trials from the store, while
+    the store still holds what it was made of; once the store changed, from the store."""
+    cache, multi = tmp_path / "cache", study_id_of("exp-uid")
+
+    def dashboard(*, warm: bool):
+        storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+        return storage, make_app(storage, warm=warm, snapshots=Snapshots(cache, store_url, 1 << 30))
+
+    storage, first = dashboard(warm=True)
+    assert first.kubetune_details.warmed.wait(60)
+    first.kubetune_details.stop()
+    kept = first.kubetune_details.body(multi, 0)
+    assert len(list(cache.glob("*.study"))) == 1
+    theirs = optuna_dashboard.wsgi(ResultsStoreStorage(open_store(store_url, read_only=True)))
+    assert json.loads(kept) == api(theirs, f"/api/studies/{multi}?after=0")[1]
+
+    storage, restarted = dashboard(warm=False)
+    assert restarted.kubetune_details.body(multi, 0) == kept
+    assert restarted.kubetune_details.body(multi, 3) == first.kubetune_details.body(multi, 3)   # a poll
+    assert multi not in storage._caches, "the trials were read from the store: the kept page was not used"
+
+    written.write(Batch(trials=[trial(3, "Succeeded")],
+                        results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1)))
+    storage, changed = dashboard(warm=False)
+    body = json.loads(changed.kubetune_details.body(multi, 0))
+    assert multi in storage._caches and body["trials"][3]["state"] == "Complete"
+    theirs = optuna_dashboard.wsgi(ResultsStoreStorage(open_store(store_url, read_only=True)))   # none cached
+    assert body == api(theirs, f"/api/studies/{multi}?after=0")[1] != json.loads(kept)

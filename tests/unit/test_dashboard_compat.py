@@ -67,3 +67,15 @@ def test_a_trials_json_is_what_optuna_dashboards_serializer_makes():
     assert ours == json.loads(json.dumps(odc.serialize_frozen_trial(1, trial, {})))
     assert [v["value"] for v in ours["intermediate_values"]] == ["nan", "inf", 0.1, "-inf", 1e-300, 1 / 3]
     assert trial.intermediate_values[1] != trial.intermediate_values[1]   # the trial itself is left as it was
+
+
+def test_finite_intermediate_values_are_written_as_json_dumps_writes_them():
+    """The finite values' fast path (str.format of a float's repr): the same text as the
+    dashboard's own json.dumps."""
+    values = {2: 100.0, 0: 3.0, 1: 1e16, 3: 1e-7, 4: -0.0, 5: 2 / 3, 6: 12345678.9}
+    trial = optuna.trial.create_trial(params={}, distributions={}, value=1.0, intermediate_values=values)
+    trial._trial_id = 7
+    ours = trial_json(1, trial, {})
+    theirs = odc.serialize_frozen_trial(1, trial, {})
+    assert json.loads(ours) == json.loads(json.dumps(theirs))
+    assert ours.decode().endswith(f'"intermediate_values": {json.dumps(theirs["intermediate_values"])}}}')

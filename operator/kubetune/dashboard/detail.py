@@ -262,10 +262,24 @@ def trial_json(study_id: int, trial: FrozenTrial, system_attrs: dict[str, Any]) 
     bare.intermediate_values = {}
     serialized = odc.serialize_frozen_trial(study_id, bare, system_attrs)
     del serialized["intermediate_values"]
-    values = ", ".join(f'{{"step": {step}, "value": {_number(value)}}}'
-                       for step, value in sorted(trial.intermediate_values.items()))
+    values = _values_json(trial.intermediate_values)
     # json.dumps as Bottle's own JSON plugin does; the values go in before the closing brace
     return f'{json.dumps(serialized)[:-1]}, "intermediate_values": [{values}]}}'.encode()
+
+
+_VALUE = '{{"step": {}, "value": {!r}}}'.format   # a float's repr is what json.dumps writes
+
+
+def _values_json(intermediate: dict[int, float]) -> str:
+    """The intermediate values' JSON members, by step.  Finite ones (nearly always) are
+    formatted by C loops (map, str.format): a tenth of the time of a Python loop."""
+    if not intermediate:
+        return ""
+    steps, values = zip(*sorted(intermediate.items()))
+    values = tuple(map(float, values))
+    if all(map(math.isfinite, values)):
+        return ", ".join(map(_VALUE, steps, values))
+    return ", ".join(f'{{"step": {step}, "value": {_number(value)}}}' for step, value in zip(steps, values))
 
 
 def _number(value: float) -> str:
