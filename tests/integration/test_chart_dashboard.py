@@ -64,6 +64,9 @@ def test_sqlite_store_is_mounted_read_only_on_the_operators_node_with_no_rights(
     # each study's page data on a volume of its own (kept across container restarts), bounded
     [cache] = [m for m in container["volumeMounts"] if m["mountPath"] == args.cache_dir]
     assert args.cache_size == 1024 and volumes[cache["name"]]["emptyDir"] == {"sizeLimit": "2048Mi"}
+    # ready once every study's page data is there (a rolling update keeps the old Pod until then)
+    from kubetune.dashboard.server import READY_ROUTE
+    assert container["readinessProbe"]["httpGet"] == {"path": READY_ROUTE, "port": "http"}
     # the operator names each Experiment's page: --dashboard-url, a valid setting
     from kubetune.settings import from_args
     operator_args = cli.build_parser().parse_args(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from wsgiref.util import setup_testing_defaults
 
@@ -312,3 +313,46 @@ def test_a_restarted_dashboard_answers_from_the_kept_page_until_the_store_change
     assert multi in storage._caches and body["trials"][3]["state"] == "Complete"
     theirs = optuna_dashboard.wsgi(ResultsStoreStorage(open_store(store_url, read_only=True)))   # none cached
     assert body == api(theirs, f"/api/studies/{multi}?after=0")[1] != json.loads(kept)
+
+
+def test_the_readiness_route_waits_for_the_store_only_without_a_kept_page(written, store_url, tmp_path, monkeypatch):
+    """``/kubetune/ready`` (the chart's readiness probe) answers 503 while the warm-up reads
+    the store, and 200 at once when every study's page is kept on disk."""
+    cache = tmp_path / "cache"
+    first = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
+                     snapshots=Snapshots(cache, store_url, 1 << 30))
+    assert first.kubetune_details.warmed.wait(60) and get(first, "/kubetune/ready") == ("200 OK", "ready\n")
+    first.kubetune_details.stop()
+    reading, release = threading.Event(), threading.Event()
+    make_parts = detail_module.StudyDetails._parts
+
+    def slow_parts(self, study_id):   # the warm-up's read of the store, held until released
+        reading.set()
+        assert release.wait(60)
+        return make_parts(self, study_id)
+    monkeypatch.setattr(detail_module.StudyDetails, "_parts", slow_parts)
+    apps = []
+    try:
+        for kept in (cache, tmp_path / "empty"):
+            reading.clear()
+            app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
+                           snapshots=Snapshots(kept, store_url, 1 << 30))
+            apps.append(app)
+            assert reading.wait(60) and not app.kubetune_details.warmed.is_set()
+            status = get(app, "/kubetune/ready")[0]
+            app.kubetune_details.stop()   # after this warm-up
+            assert status.startswith("200" if kept == cache else "503"), (kept, status)
+    finally:
+        release.set()
+        for app in apps:   # their warm-ups end before the store goes
+            assert app.kubetune_details.warmed.wait(60)
+    assert get(apps[1], "/kubetune/ready")[0].startswith("200")
+
+
+def get(app, path: str) -> tuple[str, str]:
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ.update(PATH_INFO=path)
+    status: list[str] = []
+    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+    return status[0], body.decode()

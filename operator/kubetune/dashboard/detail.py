@@ -85,6 +85,7 @@ class StudyDetails:
         self._pieces: dict[int, _Pieces] = {}
         self._stopped = threading.Event()
         self.warmed = threading.Event()
+        self.ready = threading.Event()   # every study has a body (kept on disk or made): /kubetune/ready
         self.warm_seconds: float | None = None
 
     def body(self, study_id: int, after: int = 0) -> bytes | None:
@@ -218,6 +219,9 @@ class StudyDetails:
                 pieces = self._pieces.setdefault(study_id, _Pieces())
             if not pieces.looked:
                 self._from_snapshot(study_id, pieces)
+        with self._lock:
+            if all(self._pieces[s].parts is not None for s in present if s in self._pieces):
+                self.ready.set()
         for study_id in present:
             if self._stopped.is_set():
                 return
@@ -238,6 +242,7 @@ class StudyDetails:
         finally:
             self.warm_seconds = time.monotonic() - started
             self.warmed.set()
+            self.ready.set()
         while not self._stopped.wait(KEEP_SECONDS):
             try:
                 self._make_all()

@@ -2,11 +2,11 @@
 server (the dashboard's own ``run_server`` serves one request at a time: a page
 opening behind a poll of a big study would wait for it).
 
-Two routes are kubetune's: ``/experiments/<namespace>/<name>`` redirects to the page of
-the newest Experiment of that name, the address ``status.dashboard`` names; and the
-study-detail API, answered from JSON made once per trial (``detail``: the same body as
-optuna-dashboard's own view, which it replaces, without converting every trial again on
-each request)."""
+Three routes are kubetune's: ``/experiments/<namespace>/<name>`` redirects to the page
+of the newest Experiment of that name, the address ``status.dashboard`` names;
+``/kubetune/ready``, the chart's readiness probe; and the study-detail API, answered
+from JSON made once per trial (``detail``: the same body as optuna-dashboard's own view,
+which it replaces, without converting every trial again on each request)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,7 @@ from kubetune.dashboard.storage import ResultsStoreStorage
 from kubetune.results.study_meta import EXPERIMENT_PATH
 
 EXPERIMENT_ROUTE = EXPERIMENT_PATH.format(namespace="<namespace>", name="<name>")
+READY_ROUTE = "/kubetune/ready"
 
 
 def make_app(storage: ResultsStoreStorage, *, warm: bool = True, snapshots: Snapshots | None = None):
@@ -33,6 +34,18 @@ def make_app(storage: ResultsStoreStorage, *, warm: bool = True, snapshots: Snap
     details = app.kubetune_details = StudyDetails(storage, dashboard_compat.app_cache(app), snapshots)
     if warm:
         details.start()
+    else:
+        details.ready.set()
+
+    @app.get(READY_ROUTE)
+    def ready():
+        """The chart's readiness probe: a Pod serves once every study has its page data
+        (kept on disk, or read from the store), so a rolling update keeps the old Pod in
+        the Service until the new one answers at once."""
+        if details.ready.is_set():
+            return "ready\n"
+        bottle.response.status = 503
+        return "reading the results store (the warm-up)\n"
 
     # the same rule as optuna-dashboard's own view: Bottle lets the later route replace it
     @app.get("/api/studies/<study_id:int>")
