@@ -23,23 +23,26 @@ async def outage_bounded(future: "asyncio.Future[Any]", endpoint: Callable[[], t
         if done:
             return future.result()
         target = endpoint()
-        if target is not None and not await _port_open(target):
+        refused = await _refusal(target) if target is not None else ""
+        if refused:
             future.add_done_callback(_drop_outcome)
-            raise unavailable(f"a call to Ray got no answer and its GCS at {target[0]}:{target[1]} "
-                              "refuses connections")
+            raise unavailable(f"the Ray GCS at {target[0]}:{target[1]} is unreachable ({refused}) "
+                              "while a call to Ray waited for it")
 
 
-async def _port_open(target: tuple[str, int], timeout_s: float = 2.0) -> bool:
-    """False only when the port refuses (or the host is unreachable); a connection
-    that does not complete in time (a loaded machine) counts as open."""
+async def _refusal(target: tuple[str, int], timeout_s: float = 2.0) -> str:
+    """Why the port refuses connections (or its host cannot be reached); "" when it
+    accepts, or when a connection does not complete in time (a loaded machine)."""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(*target), timeout_s)
     except asyncio.TimeoutError:
-        return True
-    except OSError:
-        return False
+        return ""
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
     writer.close()
-    return True
+    return ""
 
 
 def _drop_outcome(future: "asyncio.Future[Any]") -> None:
