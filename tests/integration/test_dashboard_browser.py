@@ -150,7 +150,7 @@ def test_a_finished_multi_objective_experiment_shows_its_trials_curves_and_paret
 
 def test_a_running_experiment_shows_a_new_trial_without_a_reload(browser, tmp_path):
     from kubetune.controller.results_recorder import ResultsRecorder
-    from kubetune.results import open_store
+    from kubetune.results import Batch, ResultRow, open_store
     from kubetune.results.writer import ResultsWriter
     from kubetune.spec.results import Result
 
@@ -165,9 +165,10 @@ def test_a_running_experiment_shows_a_new_trial_without_a_reload(browser, tmp_pa
         recorder.trial({"metadata": {"name": name, "uid": f"growing-uid-{index}"},
                         "spec": {"index": index, "parameters": {"lr": 0.01, "width": 128, "depth": 1 + index % 4}},
                         "status": {"phase": phase}})
-        recorder.results(name, [Result(seq=i, iteration=i + 1, timestamp=time.time(),
-                                       metrics={"loss": 1.0 / (i + 1) + index, "model_size": 0.1 * (index + 1),
-                                                "memory_gb": 1.0}) for i in range(3)])
+        writer.submit(Batch(results=[ResultRow.of(recorder.uid(name), Result(
+            seq=i, iteration=i + 1, timestamp=time.time(),
+            metrics={"loss": 1.0 / (i + 1) + index, "model_size": 0.1 * (index + 1), "memory_gb": 1.0}))
+            for i in range(3)]))
         assert writer.flush(30), writer.problem
 
     for index in range(3):

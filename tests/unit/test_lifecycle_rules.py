@@ -331,15 +331,20 @@ def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
     from kubetune.executors.platform import ExecutorPlatform
     from kubetune.executors.ray.errors import RayUnavailableError
 
-    class Store:
+    class Store:     # the ResultsRecorder, and its writer
         def __init__(self) -> None:
             self.recorded: list[int] = []
+            self.writer = self
 
         def stored_through(self, names):
             return {name: 1 for name in names}
 
-        def results(self, name, results):
-            self.recorded += [r.seq for r in results]
+        def uid(self, name):
+            return f"uid-{name}"
+
+        def submit(self, batch):
+            assert {row.trial_uid for row in batch.results} == {"uid-e-0"}
+            self.recorded += [row.seq for row in batch.results]
 
     class Ray:
         calls = 0

@@ -3,7 +3,9 @@ and the results the runner took go to the results store.
 
 Every poll asks for the results after each trial's last recorded sequence number
 (idempotent: nothing is lost or counted twice).  The results store gets its rows here,
-from the results the runner accepted, never from a rendered status."""
+from the results the runner accepted, never from a rendered status: each ``Result``
+becomes one row, handed to the writer's thread (results/writer.py), which does the
+I/O; the ResultsRecorder lends the Trial's UID and takes the trial's other rows."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +19,7 @@ from kubetune.core.failures import FailureKind
 from kubetune.core.sanitize import cap_text
 from kubetune.core.types import LaunchTrial, Result, TrialPhase
 from kubetune.executors.base import TrialState, TrialUpdate
+from kubetune.results import Batch, ResultRow
 from kubetune.spec.trial_key import TrialKey
 
 # A poll waits this long for the first trial with news and leaves the other fetches in
@@ -113,9 +116,11 @@ class ResultPump:
 
     def record_results(self, name: str, results: list[Result]) -> None:
         """The results the runner took (a result of a run it already stopped or paused is
-        not the trial's): to the results store, whose writer thread does the I/O."""
-        if self.ctx.results is not None and results:
-            self.ctx.results.results(name, results)
+        not the trial's): to the results store's writer, which only queues them."""
+        recorder = self.ctx.results
+        if recorder is not None and results:
+            uid = recorder.uid(name)
+            recorder.writer.submit(Batch(results=[ResultRow.of(uid, result) for result in results]))
 
     async def store_results_taken_before_restart(self) -> None:
         """After a restart: results the runner had taken (the Trial's lastResultSeq counts

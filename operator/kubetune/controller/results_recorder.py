@@ -2,13 +2,14 @@
 the operator's ResultsWriter (kubetune.results).  No I/O here: ``submit`` only queues.
 
 Results are keyed by the Trial's UID (not its name, which a re-created Experiment
-reuses), learnt when the Trial is created or listed.  Every row comes from the result
-pump (controller/result_pump.py): results as the runner took them, failures, and a
-trial's state from the runner's view each time its Trial status is written; never from
-parsing a rendered status.  The Trial UIDs and parameters (from the API's answers to
-creating and listing Trials) and the Experiment's phase (once its status is written) come
-from the effect queue, the spec intake and the status writer, which hand them here: a
-status write passes through nothing of the results store's."""
+reuses), learnt when the Trial is created or listed (``uid``).  The result pump
+(controller/result_pump.py) hands the results the runner took to the writer itself,
+one row each; here it hands failures, and a trial's state from the runner's view each
+time its Trial status is written; nothing is parsed from a rendered status.  The Trial
+UIDs and parameters (from the API's answers to creating and listing Trials) and the
+Experiment's phase (once its status is written) come from the effect queue, the spec
+intake and the status writer, which hand them here: a status write passes through
+nothing of the results store's."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,7 @@ import math
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from kubetune.core.types import Result
-from kubetune.results import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow, study_meta
+from kubetune.results import Batch, ExperimentRow, FailureRow, TrialRow, UsageRow, study_meta
 from kubetune.results.writer import ResultsWriter
 from kubetune.spec.parse import parse_experiment
 
@@ -122,16 +122,9 @@ class ResultsRecorder:
             self._usage[name] = rows
             self.writer.submit(Batch(usage=rows))
 
-    def results(self, name: str, results: Iterable[Result]) -> None:
-        uid = self._uid(name)
-        rows = [ResultRow(trial_uid=uid, seq=r.seq, iteration=r.iteration, metrics=dict(r.metrics),
-                          time=r.timestamp, attempt=r.attempt, checkpoint=r.checkpoint) for r in results]
-        if rows:
-            self.writer.submit(Batch(results=rows))
-
     def failure(self, name: str, attempt: int, reason: str, message: str, now: float) -> None:
         """A failed attempt, with its whole error (the Trial keeps a capped tail)."""
-        self.writer.submit(Batch(failures=[FailureRow(self._uid(name), attempt, reason, message, now)]))
+        self.writer.submit(Batch(failures=[FailureRow(self.uid(name), attempt, reason, message, now)]))
 
     def settle(self, timeout: float) -> bool:
         """Wait (blocking, at most ``timeout``) until what was handed over is written;
@@ -140,13 +133,14 @@ class ResultsRecorder:
 
     def stored_through(self, names: Iterable[str]) -> dict[str, int]:
         """The highest result seq the store holds per trial (-1: none).  Blocking."""
-        uids = {self._uid(name): name for name in names}
+        uids = {self.uid(name): name for name in names}
         found = self.writer.read(lambda store: store.last_seqs(list(uids)))
         return {name: found.get(uid, -1) for uid, name in uids.items()}
 
     # ------------------------------------------------------------------ helpers
 
-    def _uid(self, name: str) -> str:
+    def uid(self, name: str) -> str:
+        """The Trial's UID, which keys its rows."""
         row = self._trials.get(name)
         return row.uid if row is not None else self._fallback_uid(name)
 

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from kubetune.core.types import Result
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,12 @@ class ResultRow:
     time: float = 0.0
     attempt: int | None = None
     checkpoint: str | None = None
+
+    @classmethod
+    def of(cls, trial_uid: str, result: "Result") -> "ResultRow":
+        """The row of one ``Result`` as a trial reported it (spec/results.py)."""
+        return cls(trial_uid, result.seq, result.iteration, dict(result.metrics), result.timestamp, result.attempt,
+                   result.checkpoint)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ class Result:
     # The one wire format of a result, between a trial and the operator, produced and
     # read here only: trainable/function_runner.py (a Ray trial, returned to the driver),
     # trainable/pod_session.py (a trial pod's push) and executors/pods/stdout_results.py
-    # (a result line of a pod's log) produce it; executors/ray/results.py and the push
+    # (a result line of a pod's log) produce it; executors/ray/checked.py and the push
     # ingest (executors/pods/ingest.py, after its checks) read it.
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "iteration": self.iteration, "metrics": dict(self.metrics),

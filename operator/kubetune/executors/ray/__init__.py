@@ -1,9 +1,9 @@
-"""The Ray platform: ``executor.RayExecutor`` (the ``TrialExecutor``), with ``slots``
-(which actor hosts which trial; launching and ending trials), ``pool`` (actor names,
-creating actors, the idle pool), ``results`` (batched fetch rounds), ``discovery``
-(re-attaching after a restart), ``liveness`` (the GCS watch), ``capacity`` (what the
-cluster offers), ``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable") and
-``answers`` (the actor class a worker runs, and reading its JSON answers).
+"""The Ray platform: ``executor.RayExecutor`` (the ``TrialExecutor``, and its batched
+poll), with ``slots`` (which actor hosts which trial; launching and ending trials),
+``pool`` (actor names, creating actors, the idle pool), ``discovery`` (re-attaching
+after a restart), ``liveness`` (the GCS watch), ``capacity`` (what the cluster
+offers), ``autoscaler`` (node types), ``errors`` (which Ray errors mean "unreachable")
+and ``answers`` (the actor class a worker runs, and reading its JSON answers).
 
 May import: ray, executors.base, core/, trainable/.  Imports nothing itself: a Ray
 worker imports ``answers`` alone, without the core (Optuna, NumPy; see answers.py)."""

@@ -18,7 +18,7 @@ so the operator never ``ray.get``s an actor call.  Instead:
   nothing;
 - the operator waits for the call with ``ray.wait`` (which reads no value), then reads
   the key's raw bytes itself (``read``): at most ``MAX_ANSWER_BYTES``, ``json.loads``
-  only, and the caller validates the shape before using it (results.py, discovery.py);
+  only, and the caller validates the shape before using it (checked.py, by the executor and discovery.py);
 - a call that wrote no answer failed: how is told by the Ray error's *type*, read from
   the object's metadata, and by the error's protobuf (the text Ray's core worker wrote),
   never by unpickling the exception.  Through Ray Client there is no metadata to read:

@@ -27,14 +27,16 @@ nothing needs recording on the Trial: after a restart the executor lists the nam
 actors of an experiment once and re-attaches by trial key.
 
 Results.  ``poll`` fires one ``fetch(after_seq)`` per trial, then waits for all of
-them together: one round trip for any number of trials; with ``wait_s`` > 0 it is a
-long poll.
+them together: one round trip for any number of trials.  With ``wait_s`` > 0 it is a
+long poll: it returns as soon as one actor answered (at most ``wait_s``); each actor
+holds its fetch until it has something new (at most ``FETCH_HOLD_S``), and the
+fetches that did not answer yet stay in flight (``Slot.inflight``) and are reused by
+the next round, so there is always one waiting when a trial reports.
 
-This module is the executor's surface; the parts live beside it: ``slots`` (which
-actor hosts which trial; launching and ending trials), ``pool`` (actor names,
-creating actors, the idle pool), ``results`` (the batched fetch rounds),
-``discovery`` (re-attaching after a restart), ``capacity`` (what the cluster offers),
-``liveness`` (noticing a lost cluster).
+This module is the executor's surface and its poll; the parts live beside it:
+``slots`` (which actor hosts which trial; launching and ending trials), ``pool``
+(actor names, creating actors, the idle pool), ``discovery`` (re-attaching after a
+restart), ``capacity`` (what the cluster offers), ``liveness`` (a lost cluster).
 """
 from __future__ import annotations
 
@@ -47,20 +49,21 @@ import ray
 from ray.exceptions import RaySystemError
 
 from kubetune.core.resources import Resources
-from kubetune.executors.base import ClusterResources, LaunchInfo, LaunchRequest, TrialUpdate
+from kubetune.executors.base import ClusterResources, LaunchInfo, LaunchRequest, TrialState, TrialUpdate
 from kubetune.executors.ray import answers, capacity, checked
-from kubetune.executors.ray.answers import call, read, ready
+from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.executors.ray.autoscaler import request_resources
 from kubetune.executors.ray.discovery import ActorDiscovery
 from kubetune.executors.ray.errors import RayUnavailableError, is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env, probe
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, namespace_of_actor
-from kubetune.executors.ray.results import fetch_results, settle_acks
-from kubetune.executors.ray.slots import Slot, TrialSlots
+from kubetune.executors.ray.slots import Slot, TrialSlots, mark_dead, settle_acks
+from kubetune.trainable.host import UNKNOWN
 
 log = logging.getLogger(__name__)
 
 LOGS_CHARS = 1 << 20           # the tail of a trial's output the operator takes
+FETCH_HOLD_S = 2.0             # longest an actor holds a long-polling fetch with nothing new
 
 __all__ = ["ACTOR_PREFIX", "RayExecutor", "actor_name"]
 
@@ -202,8 +205,38 @@ class RayExecutor:
                 updates[key] = self._discovery.unknown_update(key)
         known = {key: slot for key, slot in slots.items() if slot is not None}
         settle_acks({key: slot for key, slot in known.items() if slot.ack is not None}, updates)
-        fetch_results(known, cursors, updates, wait_s=wait_s, limit=limit, rpc_timeout_s=self.rpc_timeout_s)
+        self._fetch(known, cursors, updates, wait_s=wait_s, limit=limit)
         return {key: updates[key] for key in cursors}
+
+    def _fetch(self, slots: Mapping[str, Slot], cursors: Mapping[str, int], updates: dict[str, TrialUpdate],
+               *, wait_s: float, limit: int) -> None:
+        """One round for the trials of ``slots`` that have no update yet in ``updates``."""
+        calls: dict[str, tuple[Call, int]] = {}
+        for key, slot in slots.items():
+            if key in updates:
+                continue
+            after = cursors[key]
+            if slot.final is not None and after >= slot.final_seq:
+                updates[key] = slot.final
+            elif slot.inflight is not None and slot.inflight[1] <= after:
+                calls[key] = slot.inflight
+            else:
+                hold = max(wait_s, FETCH_HOLD_S) if wait_s > 0 else 0.0
+                slot.inflight = (call(slot.worker.handle.fetch, slot.worker.namespace, key, after, limit, hold), after)
+                calls[key] = slot.inflight
+        pending = [c for c, _ in calls.values()]
+        if pending:
+            if wait_s > 0:
+                ready(pending, wait_s, num_returns=1)
+                done = ready(pending, 0)
+            else:
+                done = ready(pending, self.rpc_timeout_s)
+            for key, (inflight, _) in calls.items():
+                if inflight.ref in done:
+                    slots[key].inflight = None
+                    updates[key] = _fetched(key, slots[key], inflight, cursors[key], limit)
+                else:
+                    updates[key] = TrialUpdate(key, TrialState.RUNNING, attempt=slots[key].attempt)
 
     # ---------------------------------------------------------------- stop / pause
 
@@ -337,3 +370,23 @@ class RayExecutor:
         except Exception:  # noqa: BLE001
             return None
         return answer if answer.get("trial_key") == trial_key else None
+
+
+def _fetched(key: str, slot: Slot, done: Call, after: int, limit: int) -> TrialUpdate:
+    try:
+        batch = checked.batch(read(done), key, limit)
+    except AnswerError as exc:
+        if exc.kind == "unavailable":
+            return TrialUpdate(key, TrialState.RUNNING, attempt=slot.attempt)
+        return mark_dead(key, slot, exc)
+    if batch["state"] == UNKNOWN:
+        return mark_dead(key, slot, AnswerError(
+            "died", f"actor {slot.worker.name} no longer hosts trial {key}"))
+    update = checked.to_update(key, batch, after)
+    if update.state.is_terminal:
+        # Later polls past the last seq get the same ending without an actor call.
+        slot.final = TrialUpdate(key, update.state, (), update.error, attempt=update.attempt,
+                                 checkpoint=update.checkpoint, iteration=update.iteration,
+                                 run_started=update.run_started, run_ended=update.run_ended)
+        slot.final_seq = batch["last_seq"]
+    return update

@@ -4,7 +4,8 @@ onto an actor (an idle pooled worker, or a new actor) and ending it there (stop,
 A trial the executor knows is a ``Slot``: its worker, the attempt, and what is in
 flight with it.  ``TrialSlots`` keeps them, with the shapes of the actors other
 threads are creating (``busy``: what a new actor must leave room for, and what an
-idle worker may be evicted for).  The executor's poll reads the same slots
+idle worker may be evicted for).  Until its actor confirmed a launch, a trial shows
+as running (``settle_acks``, in each poll).  The executor's poll reads the same slots
 (executors/ray/executor.py); discovery fills them after a restart (discovery.py).
 """
 from __future__ import annotations
@@ -173,6 +174,27 @@ def _retired(key: str, slot: Slot, answer: dict | None) -> bool:
         log.info("trial %s left threads running (%s): its worker %s is retired",
                  key, ", ".join(strays[:5]), slot.worker.name)
     return bool(strays)
+
+
+def settle_acks(pending: dict[str, Slot], updates: dict[str, TrialUpdate]) -> None:
+    """Trials whose actor has not confirmed the launch yet: running, or its failure."""
+    if not pending:
+        return
+    done = ready([slot.ack for slot in pending.values()], 0)
+    for key, slot in pending.items():
+        if slot.ack.ref not in done:
+            updates[key] = TrialUpdate(key, TrialState.RUNNING, attempt=slot.attempt)
+            continue
+        try:
+            answer = checked.description(read(slot.ack))
+        except AnswerError as exc:
+            updates[key] = mark_dead(key, slot, exc)
+            continue
+        slot.ack = None
+        slot.worker.node_id = answer["node_id"]
+        if answer["refused"]:
+            updates[key] = mark_dead(key, slot, AnswerError(
+                "died", f"actor {slot.worker.name} refused the trial: {answer['refused']}"))
 
 
 def mark_dead(key: str, slot: Slot, error: AnswerError) -> TrialUpdate:
