@@ -66,11 +66,28 @@ def test_a_slow_call_is_waited_for_while_the_gcs_accepts_or_cannot_be_probed(lis
     assert len(probes) >= 3
 
 
-def test_the_calls_own_error_reaches_the_caller():
-    def failing():
-        raise ValueError("from Ray")
+def failing():
+    raise ValueError("RPC error: CANCELLED")
+
+
+def test_a_call_failing_while_the_gcs_accepts_fails_with_its_own_error():
+    server = socket.create_server(("127.0.0.1", 0))
 
     async def main():
-        return await outage_bounded(asyncio.ensure_future(asyncio.to_thread(failing)), closed_port, Unavailable)
-    with pytest.raises(ValueError, match="from Ray"):
+        future = asyncio.ensure_future(asyncio.to_thread(failing))
+        return await outage_bounded(future, server.getsockname, Unavailable)
+    try:
+        with pytest.raises(ValueError, match="CANCELLED"):
+            asyncio.run(main())
+    finally:
+        server.close()
+
+
+def test_a_call_failing_while_the_gcs_refuses_connections_names_the_outage():
+    endpoint = closed_port()
+
+    async def main():
+        return await outage_bounded(asyncio.ensure_future(asyncio.to_thread(failing)), lambda: endpoint, Unavailable)
+    with pytest.raises(Unavailable, match=r"is unreachable \(connection refused\)") as raised:
         asyncio.run(main())
+    assert isinstance(raised.value.__cause__, ValueError)

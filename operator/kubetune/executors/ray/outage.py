@@ -17,17 +17,30 @@ async def outage_bounded(future: "asyncio.Future[Any]", endpoint: Callable[[], t
     the GCS port (``endpoint()``, None: nothing to probe) from the event loop, and once the
     port refuses connections give up on the call with ``unavailable(why)``.  The thread
     stays blocked (nothing can interrupt it); its eventual outcome is dropped.  A slow call
-    to a GCS that still accepts connections is waited for: load is not an outage."""
+    to a GCS that still accepts connections is waited for: load is not an outage.  A call
+    that fails while the port refuses fails with ``unavailable(why)`` too."""
+    target = endpoint()     # read first: a call that fails on a lost cluster drops its watch
     while True:
         done, _ = await asyncio.wait({future}, timeout=check_s)
+        target = endpoint() or target
         if done:
-            return future.result()
-        target = endpoint()
+            try:
+                return future.result()
+            except Exception as error:
+                # a call that failed because the head went away says so in Ray's words
+                # ("RPC error: CANCELLED"); the condition a user reads names the cause
+                refused = await _refusal(target) if target is not None else ""
+                if refused:
+                    raise unavailable(_why(target, refused)) from error
+                raise
         refused = await _refusal(target) if target is not None else ""
         if refused:
             future.add_done_callback(_drop_outcome)
-            raise unavailable(f"the Ray GCS at {target[0]}:{target[1]} is unreachable ({refused}) "
-                              "while a call to Ray waited for it")
+            raise unavailable(_why(target, refused) + " while a call to Ray waited for it")
+
+
+def _why(target: tuple[str, int], refused: str) -> str:
+    return f"the Ray GCS at {target[0]}:{target[1]} is unreachable ({refused})"
 
 
 async def _refusal(target: tuple[str, int], timeout_s: float = 2.0) -> str:
