@@ -290,13 +290,53 @@ def test_restores_wait_their_turn_in_every_event_loop():
     async def restores() -> int:
         gate[:] = [asyncio.Event()]
         pending = [asyncio.create_task(restore.rebuild(
-            spec, experiment="e", owner="ns/e/", start_time=0.0, status={}, generation=1, list_trials=listing))
+            spec, experiment="e", owner="ns/e/", start_time=0.0, status=STARTED, generation=1, list_trials=listing))
             for _ in range(restore.CONCURRENT_RESTORES + 2)]
         await asyncio.sleep(0)
         gate[0].set()
         return len(await asyncio.gather(*pending))
 
     assert asyncio.run(restores()) == asyncio.run(restores()) == restore.CONCURRENT_RESTORES + 2
+
+
+STARTED = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+
+
+def test_a_new_experiment_does_not_wait_behind_the_restores_of_others():
+    # 200 Experiments applied at once: each new one was built two at a time behind the
+    # others (an empty LIST, an empty replay), and the last reached the shared queue
+    # after the first had taken the whole cluster (issue 26)
+    spec = make_spec()
+    listed: list[str] = []
+
+    async def run() -> list[str]:
+        gate = asyncio.Event()
+
+        def listing(name: str, wait: bool):
+            async def list_trials() -> list[dict]:
+                listed.append(name)
+                if wait:
+                    await gate.wait()
+                return []
+            return list_trials
+
+        restarted = [asyncio.create_task(restore.rebuild(
+            spec, experiment=f"old{i}", owner=f"ns/old{i}/", start_time=0.0, status=STARTED, generation=1,
+            list_trials=listing(f"old{i}", True))) for i in range(restore.CONCURRENT_RESTORES + 1)]
+        new = asyncio.create_task(restore.rebuild(
+            spec, experiment="new", owner="ns/new/", start_time=0.0, status={}, generation=1,
+            list_trials=listing("new", False)))
+        for _ in range(10):       # loop turns, no time: every task runs up to where it waits
+            await asyncio.sleep(0)
+        seen = list(listed)       # while the restores hold every slot
+        gate.set()
+        runner, _ = await new
+        assert runner.experiment == "new"
+        await asyncio.gather(*restarted)
+        return seen
+
+    seen = asyncio.run(run())
+    assert "new" in seen and len([n for n in seen if n.startswith("old")]) == restore.CONCURRENT_RESTORES
 
 
 def test_a_pod_queued_by_the_platform_keeps_its_slot_across_a_restart():

@@ -9,8 +9,12 @@ with the API's reason; the controller retries it with backoff and surfaces it
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from kubernetes.client.exceptions import ApiException
@@ -30,10 +34,29 @@ LIST_PAGE = 500          # Trials per page of a LIST
 LIST_TIMEOUT_S = 60      # one page (of full Trials, with their status)
 
 
+# API requests have threads of their own: in the event loop's default pool (6 threads on
+# 2 cores) they queued behind the Ray polls of every running Experiment (each holds a
+# thread for its short long-poll), so 40 Experiments made a new one's first Trial and
+# every status write wait seconds for a thread, not for the API server (issue 26).  The
+# rate limit, not the thread count, bounds what reaches the API server.
+API_THREADS = 16
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+def _api_threads() -> ThreadPoolExecutor:
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
+        return _threads
+
+
 async def _limited(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One API request, in a thread, once the operator's rate limit allows (k8s/rate_limit.py)."""
     await rate_limit.acquire()
-    return await asyncio.to_thread(call, *args, **kwargs)
+    run = functools.partial(contextvars.copy_context().run, call, *args, **kwargs)   # as asyncio.to_thread
+    return await asyncio.get_running_loop().run_in_executor(_api_threads(), run)
 
 
 def refused(error: BaseException) -> WriteRefused:

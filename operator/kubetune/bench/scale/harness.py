@@ -106,6 +106,7 @@ class ScaleRun:
         starved = fairness.starvation(runs)
         out["fairness"]["starvation_max_completions"] = max(starved.values(), default=0)
         out["fairness"]["starvation_worst"] = max(starved, key=starved.get) if starved else None
+        out["fairness"]["runs"] = {r.key: {"applied": r.applied, "trials": r.trials} for r in runs}   # to look into
         if "big" in self.settings.shapes:
             out["kubectl_get_trials_big_s"] = self._kubectl_get(bench, shapes.big(
                 trials=0, parallelism=1, cpu=0).namespace)
