@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -123,6 +124,8 @@ class Operator:
                      *(["--namespace", namespace] if namespace else []), "--ray-address", ray_address,
                      "--checkpoint-storage", str(workdir / "checkpoints"), "--log-level", "WARNING",
                      "--results-url", self.results_url]
+        self.health_port = free_port()
+        self.argv += ["--liveness", f"http://127.0.0.1:{self.health_port}/healthz"]
         self.env = {**env, "KUBECONFIG": str(kubeconfig)}
         self.starts = 0
         self.start()
@@ -137,6 +140,23 @@ class Operator:
         self.process = subprocess.Popen(self.argv, env=self.env, stdout=open(self.log_path, "w"),
                                         stderr=subprocess.STDOUT)
         return self
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> float:
+        """Wait until the operator answers its liveness probe (kopf runs: started up, Ray
+        connected), so that what is measured next is its work, not its start; returns
+        the seconds waited."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout_s:
+            if not self.alive():
+                raise RuntimeError(f"the operator exited with {self.process.returncode}: {self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as answer:
+                    if answer.status == 200:
+                        return time.monotonic() - began
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"the operator did not answer /healthz within {timeout_s:.0f} s")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""

@@ -53,7 +53,14 @@ class SpecIntake:
                 self.status.written = dict(body.get("status") or {})
                 self.finished_at_start = True
             else:
-                await self._restore(spec, body, now)
+                # room for its first trial is kept while it is built (core/fair_share.py),
+                # until its first cycle asks (ledger.watch) or it gives up
+                ctx.platform.ledger.starting(ctx.prefix)
+                try:
+                    await self._restore(spec, body, now)
+                finally:
+                    if ctx.runner is None:
+                        ctx.platform.ledger.unwatch(ctx.prefix)
         else:
             await self.effects.apply(ctx.runner.on_spec_changed(spec, now))
             rejection = ctx.runner.spec_rejection

@@ -21,7 +21,7 @@ then anyway).  Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from kubetune.spec.resources import Resources
 
@@ -119,6 +119,32 @@ def _namespace_key(state: FairState, namespace: str, request: Request) -> Key:
     total_so_far = state.namespace_sum.get(namespace, Resources()) + request.demand
     state.namespace_sum[namespace] = total_so_far
     return (-request.priority, dominant(total_so_far, state.total) / state.weight(namespace), request.order)
+
+
+def kept_for_starting(experiment: str, starting: Collection[str], holding: Collection[str]) -> bool:
+    """Whether a further trial of ``experiment`` waits because other Experiments are
+    being built on the cluster (``starting``: built or restored, not asked yet) while it
+    holds some already (``holding``: the Experiments that do).  The line orders only
+    those that wait: without this, the Experiments built first in a burst (200 applied
+    at once, or all restored after a restart) took their whole parallelism each, filled
+    the cluster, and the ones built a moment later waited a whole round of trials for
+    their first (issue 26: the last got half their fair share).  So while any is being
+    built, everyone gets a first trial and nobody a second; after the burst the line
+    shares out the rest.  Nothing is kept beyond the build of the last one."""
+    return experiment in holding and any(other != experiment for other in starting)
+
+
+@dataclass
+class Line:
+    """The waiting queue in fair order, and what blocks each place in it (core/resources.py)."""
+    queue: list[tuple[str, Any]]
+    keys: list[tuple]
+    fair: FairState
+    key_of: dict[str, tuple] = field(default_factory=dict)
+    # [i]: a request ahead of place i fits now (one more entry than the queue: past its end)
+    fits_before: list[bool] = field(default_factory=lambda: [False])
+    first_short: dict[str, int] = field(default_factory=dict)   # kind -> first place short of it
+    shorts: dict[tuple, frozenset[str]] = field(default_factory=dict)   # request shape -> short kinds
 
 
 def unregistered_key(priority: int) -> Key:

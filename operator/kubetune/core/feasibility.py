@@ -1,15 +1,50 @@
 """Whether a trial's bundles could ever run on a cluster's nodes (or the node types its
-autoscaler adds), and if not, why, in words naming the resource and the largest node.
-The ledger's words for a waiting trial live here too (core/resources.py); pure."""
+autoscaler adds), and if not, why, in words naming the resource and the largest node;
+where bundles go on nodes (first fit).  The ledger's words for a waiting trial live here
+too (core/resources.py); pure."""
 from __future__ import annotations
 
+from typing import Iterable
+
 from kubetune.spec.quantities import format_memory
-from kubetune.spec.resources import Resources, _fmt
+from kubetune.spec.resources import Resources, TrialResources, _fmt
 
 
 # no place in line: it moves with every grant, each change a write of every queued Trial
 WAITING_ITS_TURN = ("waiting for its turn: requests of higher priority, then of the namespaces and "
                     "Experiments holding the least of the cluster, go first (fair sharing)")
+
+
+# the second trial of an Experiment while others are still starting (core/fair_share.py)
+WAITING_FOR_STARTING = ("waiting for its turn: the Experiments starting on this cluster get a first trial "
+                        "before this one gets another (fair sharing)")
+
+
+def trial_bundles(resources: TrialResources) -> list[Resources]:
+    """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
+    return [resources.per_bundle()] * resources.bundles
+
+
+def total_of(bundles: Iterable[Resources]) -> Resources:
+    total = Resources()
+    for bundle in bundles:
+        total = total + bundle
+    return total
+
+
+def first_fit(bundles: list[Resources], free_per_node: list[Resources]) -> list[int] | None:
+    """Node index for each bundle, placing each on the first node with room; None if any cannot."""
+    free = list(free_per_node)
+    placement = []
+    for bundle in bundles:
+        for index, node_free in enumerate(free):
+            if bundle.fits(node_free):
+                free[index] = node_free - bundle
+                placement.append(index)
+                break
+        else:
+            return None
+    return placement
 
 
 def describe_amount(kind: str, value: float) -> str:

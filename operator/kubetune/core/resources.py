@@ -14,36 +14,14 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from kubetune.core.feasibility import (WAITING_ITS_TURN, amount_only as _amount_only, describe_amount, infeasibility,
-                                      kind_order as _kind_order, nodes_text as _nodes)
-from kubetune.core.fair_share import FairState, Request, append_key, fair_keys, groups, unregistered_key
-from kubetune.spec.resources import Resources, TrialResources
+from kubetune.core.feasibility import (WAITING_FOR_STARTING, WAITING_ITS_TURN, amount_only as _amount_only,
+                                      describe_amount, first_fit, infeasibility, kind_order as _kind_order,
+                                      nodes_text as _nodes, total_of, trial_bundles)
+from kubetune.core.fair_share import (Line, Request, append_key, fair_keys, groups, kept_for_starting,
+                                      unregistered_key)
+from kubetune.spec.resources import Resources
 
-def trial_bundles(resources: TrialResources) -> list[Resources]:
-    """The bundles one trial asks for: ``bundles`` copies of the per-bundle amount."""
-    return [resources.per_bundle()] * resources.bundles
-
-
-def total_of(bundles: Iterable[Resources]) -> Resources:
-    total = Resources()
-    for bundle in bundles:
-        total = total + bundle
-    return total
-
-
-def first_fit(bundles: list[Resources], free_per_node: list[Resources]) -> list[int] | None:
-    """Node index for each bundle, placing each on the first node with room; None if any cannot."""
-    free = list(free_per_node)
-    placement = []
-    for bundle in bundles:
-        for index, node_free in enumerate(free):
-            if bundle.fits(node_free):
-                free[index] = node_free - bundle
-                placement.append(index)
-                break
-        else:
-            return None
-    return placement
+__all__ = ["Resources", "ResourceLedger", "first_fit", "total_of", "trial_bundles"]
 
 
 @dataclass
@@ -65,10 +43,11 @@ class ResourceLedger:
         self._node_free: list[Resources] = []     # per node: capacity minus what is held there
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
-        self._line: _Line | None = None         # the waiting queue's order and who blocks, until a change
+        self._line: Line | None = None         # the waiting queue's order and who blocks, until a change
         self._weights: dict[str, float] = {}    # namespace -> its weight in fair sharing (default 1)
         self._wakers: dict[str, Callable[[], None]] = {}   # experiment ("ns/exp/") -> wake its runner
         self._woken: str | None = None          # the owner last woken as first in line
+        self._starting: set[str] = set()        # experiments that will ask soon (``starting``)
         self.work = {"sorts": 0, "shape_checks": 0}   # what placement cost (tests count it, not time)
 
     # ------------------------------------------------------------ capacity
@@ -104,9 +83,35 @@ class ResourceLedger:
         line and fits: its runner should take the room now, not at its next cycle
         (everyone behind it waits for that)."""
         self._wakers[experiment] = wake
+        self._started(experiment)
 
     def unwatch(self, experiment: str) -> None:
         self._wakers.pop(experiment, None)
+        self._started(experiment)
+
+    def starting(self, experiment: str) -> None:
+        """``experiment`` is being built (restored) and will ask soon: until it ``watch``es
+        (its first cycle) or ``unwatch``es, Experiments that hold some get no further
+        trial (fair_share.kept_for_starting)."""
+        self._starting.add(experiment)
+
+    def _started(self, experiment: str) -> None:
+        if experiment in self._starting:
+            self._starting.discard(experiment)
+            self._woken = None          # the room kept for it is free now: the first in line may take it
+            self._wake_first()
+
+    def _kept_for_starting(self, owner: str, holding: set[str] | None = None) -> bool:
+        return bool(self._starting) and kept_for_starting(
+            groups(owner)[1], self._starting, {groups(held)[1] for held in self._held} if holding is None else holding)
+
+    def _first_past_kept(self, owner: str, bundles: list[Resources], priority: int) -> bool:
+        """While Experiments start: the first trial of one that holds nothing is not held
+        up by the requests ahead of it that wait for the starters anyway."""
+        holding = {groups(held)[1] for held in self._held} if self._starting else set()
+        if not self._starting or groups(owner)[1] in holding:
+            return False
+        return all(self._kept_for_starting(other, holding) for other in self.blockers(owner, bundles, priority))
 
     def _wake_first(self) -> None:
         """Wake the Experiment of the first waiting request that fits, if it changed."""
@@ -188,9 +193,11 @@ class ResourceLedger:
         as the newest arrival at ``priority``. On success its waiting entry is cleared."""
         if owner in self._held:
             raise ValueError(f"{owner} already holds resources; release them first")
-        if not self._known or not self.next_owner_allowed(owner, bundles, priority):
+        if not self._known or not (self.next_owner_allowed(owner, bundles, priority)
+                                   or self._first_past_kept(owner, bundles, priority)):
+            self._wake_first()     # joining the line may have put another first, which fits
             return False
-        if not self._place(owner, bundles):
+        if self._kept_for_starting(owner) or not self._place(owner, bundles):
             return False
         self._waiting.pop(owner, None)
         self._line = None
@@ -245,7 +252,7 @@ class ResourceLedger:
     def _queue(self) -> list[tuple[str, _Waiting]]:
         return self._current_line().queue
 
-    def _current_line(self) -> "_Line":
+    def _current_line(self) -> "Line":
         """The waiting queue in fair order (core/fair_share.py), and for each place in it
         what the requests ahead block: built once per change of the ledger (O(n log n),
         one fit check per distinct request shape), so that placing n queued trials is
@@ -256,13 +263,13 @@ class ResourceLedger:
         held = {owner: total_of(bundle for _, bundle in placements) for owner, placements in self._held.items()}
         keys, fair = fair_keys((_request(owner, entry) for owner, entry in self._waiting.items()),
                                held, self._total, self._weights)
-        line = _Line(queue=[], keys=[], fair=fair)
+        line = Line(queue=[], keys=[], fair=fair)
         for owner in sorted(keys, key=keys.__getitem__):
             self._extend(line, owner, self._waiting[owner], keys[owner])
         self._line = line
         return line
 
-    def _extend(self, line: "_Line", owner: str, entry: _Waiting, key: tuple) -> None:
+    def _extend(self, line: "Line", owner: str, entry: _Waiting, key: tuple) -> None:
         """Append a request to the end of ``line`` (one fit check per distinct shape)."""
         shape = tuple(tuple(sorted(b.to_ray().items())) for b in entry.bundles)
         if shape not in line.shorts:
@@ -360,6 +367,8 @@ class ResourceLedger:
                     f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
         if not self.next_owner_allowed(owner):
             return WAITING_ITS_TURN
+        if self._kept_for_starting(owner):
+            return WAITING_FOR_STARTING
         return "resources are free; starting at the next step"
 
     def queue_summary(self, owners: list[str]) -> str:
@@ -379,18 +388,6 @@ class ResourceLedger:
             return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
                     f"{_amount_only(kind, free.amount(kind))} free{suffix}")
         return f"{count}: {self.queue_reason(first)}"
-
-
-@dataclass
-class _Line:
-    queue: list[tuple[str, _Waiting]]
-    keys: list[tuple]
-    fair: FairState
-    key_of: dict[str, tuple] = field(default_factory=dict)
-    # [i]: a request ahead of place i fits now (one more entry than the queue: past its end)
-    fits_before: list[bool] = field(default_factory=lambda: [False])
-    first_short: dict[str, int] = field(default_factory=dict)   # kind -> first place short of it
-    shorts: dict[tuple, frozenset[str]] = field(default_factory=dict)   # request shape -> short kinds
 
 
 def _request(owner: str, entry: _Waiting) -> Request:

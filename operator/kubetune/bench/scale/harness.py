@@ -70,6 +70,9 @@ class ScaleRun:
         runs_dir = tempfile.mkdtemp(prefix="runs-", dir=bench.workdir)
         operator = Operator(bench.plane.kubeconfig, None, head.address, bench.workdir, bench.env)
         watches = [ProcessWatch(operator.process.pid).start()]
+        # apply once it runs: apply -> first Trial is the operator's work for a new
+        # Experiment, not its own start (which restart -> progress measures)
+        self.log(f"operator up in {operator.wait_healthy():.1f} s")
         observer = Observer(bench._api, log=self.log).start()
         before = apimetrics.parse(bench.metrics_text())
         out: dict[str, Any] = {}

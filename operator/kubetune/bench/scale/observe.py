@@ -171,6 +171,10 @@ class Observer:
         with self.lock:
             seen = self.experiments[f"{meta['namespace']}/{meta['name']}"]
             seen.phase = phase
+            if phase in FINAL_EXPERIMENT_PHASES and phase not in seen.phases:
+                # finishing is progress: one whose trials all ended before a restart
+                # only turns Succeeded after it, with no Trial changing
+                seen.progress.append(now)
             seen.phases.setdefault(phase, now)
 
     def _on_trial(self, obj: dict, now: float) -> None:
