@@ -108,10 +108,11 @@ class ExperimentController:
         """Something changed (spec edit, deletion): run a cycle now."""
         self._wakeup.set()
 
-    async def run(self, stopped: Callable[[], bool]) -> None:
+    async def run(self, stopped: Callable[[], bool], first_cycle_done: Callable[[], None] | None = None) -> None:
         """The reconcile loop; returns when ``stopped()`` turns true.  It never raises:
         a cycle that fails is logged, surfaced on the Experiment and retried with
-        backoff (kopf would restart a raising daemon every 60 s with the same state)."""
+        backoff (kopf would restart a raising daemon every 60 s with the same state).
+        ``first_cycle_done`` is called once, when its first cycle ended, whatever it did."""
         idle = 0.01
         failures = 0
         while not stopped() and not self._stopping:
@@ -133,6 +134,9 @@ class ExperimentController:
             else:
                 idle = 0.01 if busy else min(idle * 2, IDLE_POLL_SECONDS if self._has_active() else 2.0)
             self._in_cycle = False
+            if first_cycle_done is not None:
+                first_cycle_done()
+                first_cycle_done = None
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
             except asyncio.TimeoutError:

@@ -42,9 +42,35 @@ class OperatorState:
         a finished Experiment keeps nothing but its counts); a spec change (a new
         generation) brings a new one, restored from the Trials like after a restart."""
         key = (namespace, name)
+        # from the moment kopf hands it over: Experiments applied (or restored) together
+        # each get a first trial before any gets a second (core/fair_share.py)
+        ledger = self._starting(namespace, name, body)
+
+        def started() -> None:    # its first cycle ended (asked, or had nothing to ask), or it stopped
+            if ledger is not None:
+                ledger.started(f"{namespace}/{name}/")
+        try:
+            await self._serve(key, body, stopped, started)
+        finally:
+            started()
+
+    def _starting(self, namespace: str, name: str, body: Mapping[str, Any]) -> Any:
+        """The ledger of the cluster the Experiment will ask (its raw spec's), told it is starting."""
+        try:
+            platform = self.registry.cleanup_platform(body.get("spec") or {}, namespace)
+        except Exception:  # noqa: BLE001 - an invalid spec: its intake says why
+            return None
+        if platform is None:
+            return None
+        platform.ledger.starting(f"{namespace}/{name}/")
+        return platform.ledger
+
+    async def _serve(self, key: tuple[str, str], body: Mapping[str, Any], stopped: Callable[[], bool],
+                     started: Callable[[], None]) -> None:
+        namespace, name = key
         while not stopped():
             controller = self.controller_for(namespace, name, body)
-            await controller.run(lambda: stopped() or controller.at_rest())
+            await controller.run(lambda: stopped() or controller.at_rest(), started)
             if stopped() or controller.stopped_by_request or self.controllers.get(key) is not controller:
                 return
             # the last word before it goes: a condition that cleared since the last cycle

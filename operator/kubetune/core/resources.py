@@ -83,19 +83,20 @@ class ResourceLedger:
         line and fits: its runner should take the room now, not at its next cycle
         (everyone behind it waits for that)."""
         self._wakers[experiment] = wake
-        self._started(experiment)
+        self.started(experiment)
 
     def unwatch(self, experiment: str) -> None:
         self._wakers.pop(experiment, None)
-        self._started(experiment)
+        self.started(experiment)
 
     def starting(self, experiment: str) -> None:
         """``experiment`` is being built (restored) and will ask soon: until it ``watch``es
-        (its first cycle) or ``unwatch``es, Experiments that hold some get no further
-        trial (fair_share.kept_for_starting)."""
+        (its first cycle asks), ``unwatch``es or is ``started`` (its first cycle ended
+        without asking), Experiments that hold some get no further trial
+        (fair_share.kept_for_starting)."""
         self._starting.add(experiment)
 
-    def _started(self, experiment: str) -> None:
+    def started(self, experiment: str) -> None:
         if experiment in self._starting:
             self._starting.discard(experiment)
             self._woken = None          # the room kept for it is free now: the first in line may take it
