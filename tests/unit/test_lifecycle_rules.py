@@ -485,3 +485,23 @@ def test_an_experiment_being_deleted_keeps_its_driver():
         await state.delete("ns", "e", body)                   # deleted later: a driver for the cleanup only
         assert len(made) == 2 and state.connections_in_use() == set()
     asyncio.run(scenario())
+
+
+def test_an_experiment_is_starting_on_its_clusters_ledger_until_its_first_cycle_ended():
+    # from its daemon's start: Experiments applied together each get a first trial before
+    # any gets a second (core/fair_share.py); then nothing is kept for it, whatever its
+    # first cycle did (here: a spec it refuses)
+    from kubetune.controller.store import MemoryStore
+    registry = RayPlatforms("local", lambda address: object())
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: MemoryStore(),
+                          checkpoint_storage="")
+    ledger = registry.get("local").ledger
+    seen: list[bool] = []
+
+    def stopped() -> bool:      # asked before each cycle
+        seen.append("ns/e/" in ledger._starting)
+        return len(seen) > 3
+
+    asyncio.run(state.serve("ns", "e", {"metadata": {"name": "e", "uid": "u1", "generation": 1},
+                                        "spec": {"searchSpace": "not a mapping"}}, stopped))
+    assert seen[:2] == [True, True] and not any(seen[2:]) and "ns/e/" not in ledger._starting
