@@ -15,6 +15,7 @@ from kubetune import metrics
 from kubetune.controller.operator_state import CleanupPending, OperatorState
 from kubetune.executors.platform import PlatformRegistry
 from kubetune.executors.pods.cluster import POD_EXECUTOR_OFF, PodSupport
+from kubetune.executors.ray import sandbox as ray_sandbox
 from kubetune.executors.ray.platform import RayPlatforms
 from kubetune.k8s import rate_limit
 from kubetune.k8s.client import EXPERIMENTS, GROUP, VERSION, in_cluster, load_config
@@ -48,12 +49,20 @@ def _executor_factory(chosen: OperatorSettings):
 def _driver_process(chosen: OperatorSettings):
     """The executor of an address other than the operator's own: a Ray driver process
     of its own (executors/ray/process.py), with none of the operator's credentials; the
-    token of that cluster's own if its allow-list entry names one (``token_env``)."""
+    token of that cluster's own if its allow-list entry names one (``token_env``).  Also
+    returns the node's Landlock ABI, which sandboxes those processes (0: none here)."""
     def factory(address: str, token_env: str = ""):
         from kubetune.executors.ray.process import DriverProcess
         return DriverProcess(address, {"lease_timeout_s": chosen.trial_lease_seconds},
-                             token=os.environ.get(token_env, "") if token_env else "")
-    return factory
+                             token=os.environ.get(token_env, "") if token_env else "",
+                             sandbox=sandbox_abi > 0)   # 0: allowed unsandboxed, else never made
+    sandbox_abi = ray_sandbox.available()
+    if not sandbox_abi:
+        logging.getLogger(__name__).warning(
+            "this kernel has no Landlock: driver processes for Ray clusters other than --ray-address %s",
+            "run without a sandbox (--allow-unsandboxed-ray-drivers)" if chosen.allow_unsandboxed_ray_drivers
+            else "are not started (--allow-unsandboxed-ray-drivers would start them without one)")
+    return factory, sandbox_abi
 
 
 def prepare_executor(chosen: OperatorSettings) -> None:
@@ -106,8 +115,10 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
         # appearing later; kubetune serves two fixed CRDs installed before it starts, so it
         # runs without those cluster-wide reads (least privilege: charts/kubetune RBAC)
         settings.scanning.disabled = True
+        drivers, sandbox_abi = _driver_process(chosen)
         providers = {"ray": RayPlatforms(chosen.ray_address, _executor_factory(chosen),
-                                         separate_factory=_driver_process(chosen),
+                                         separate_factory=drivers, sandbox_abi=sandbox_abi,
+                                         allow_unsandboxed=chosen.allow_unsandboxed_ray_drivers,
                                          allow_local=chosen.allow_local_ray or not in_cluster(),
                                          idle_s=chosen.ray_driver_idle_seconds,
                                          weights=dict(chosen.namespace_weights),

@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-ray-drivers", default=8,
                         help="Ray driver processes (one per Ray cluster other than --ray-address) at once, "
                              "1-256; past it an Experiment waits, its condition RayUnavailable saying so")
+    parser.add_argument("--allow-unsandboxed-ray-drivers", action="store_true",
+                        default=env_fallback("KUBETUNE_ALLOW_UNSANDBOXED_RAY_DRIVERS", ""),
+                        help="where the node's kernel has no Landlock (Linux < 5.13, or not enabled), still "
+                             "start driver processes for Ray clusters other than --ray-address, without their "
+                             "sandbox: code a hostile cluster sends them can then read what the operator's "
+                             "container holds (its ServiceAccount token). Off: such an Experiment waits, its "
+                             "condition RayUnavailable saying so")
     parser.add_argument("--ray-driver-idle-seconds",
                         default=env_fallback("KUBETUNE_RAY_DRIVER_IDLE_SECONDS", "300"),
                         help="the driver process of a Ray address other than --ray-address ends once no "
@@ -119,8 +126,13 @@ def run(chosen: OperatorSettings) -> int:
     import kopf
 
     from kubetune import handlers
+    from kubetune.sandbox import landlock
 
     logging.basicConfig(level=chosen.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # no other process of the operator's uid (a driver process, a trial's code in the pod)
+    # may ptrace it or read its memory or /proc/PID/environ: its Ray token, results URL
+    if not landlock.not_dumpable():
+        logging.getLogger(__name__).warning("cannot make the operator's process not dumpable (not Linux)")
     handlers.register(chosen)
 
     async def serve() -> None:

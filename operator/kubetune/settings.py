@@ -65,6 +65,7 @@ class OperatorSettings:
     # the Ray clusters an Experiment may name besides --ray-address (spec/ray_allowlist.py)
     ray_allowed_addresses: tuple[ray_allowlist.Entry, ...] = ray_allowlist.parse(ray_allowlist.DEFAULT)
     max_ray_drivers: int = 8                 # driver processes (other clusters) at once; then Experiments wait
+    allow_unsandboxed_ray_drivers: bool = False   # start them where the kernel has no Landlock
     pod_executor: bool = False                  # off: no ingest endpoint, pod Experiments refused
     pod_allow: frozenset[str] = frozenset()     # spec/pod_policy.py allowances for every trial pod
     pod_namespace_opt_in: bool = False          # namespaces may grant allowances by label
@@ -89,7 +90,8 @@ ENVIRONMENT = {"ray_address": "KUBETUNE_RAY_ADDRESS", "allow_local_ray": "KUBETU
                "ray_driver_idle_seconds": "KUBETUNE_RAY_DRIVER_IDLE_SECONDS",
                "results_retention_days": "KUBETUNE_RESULTS_RETENTION_DAYS",
                "leader_election": "KUBETUNE_LEADER_ELECTION", "log_level": "KUBETUNE_LOG_LEVEL",
-               "ingest_url": "KUBETUNE_INGEST_ADVERTISE_URL"}
+               "ingest_url": "KUBETUNE_INGEST_ADVERTISE_URL",
+               "allow_unsandboxed_ray_drivers": "KUBETUNE_ALLOW_UNSANDBOXED_RAY_DRIVERS"}
 
 
 def _flag(name: str) -> str:
@@ -162,6 +164,9 @@ def from_args(args: Any) -> OperatorSettings:
         ray_allowed_addresses=_allowed(getattr(args, "ray_allowed_addresses", None)),
         max_ray_drivers=_checked("max_ray_drivers", getattr(args, "max_ray_drivers", 8), int,
                                  lambda v: 1 <= v <= MAX_RAY_DRIVERS, f"a number of processes 1-{MAX_RAY_DRIVERS}"),
+        allow_unsandboxed_ray_drivers=_checked("allow_unsandboxed_ray_drivers",
+                                               getattr(args, "allow_unsandboxed_ray_drivers", False), _flag_bool,
+                                               lambda v: True, "true or false"),
         results_url=args.results_url,
         results_retention_days=_checked("results_retention_days", getattr(args, "results_retention_days", 0),
                                         float, lambda v: math.isfinite(v) and v >= 0, "a number of days >= 0"),

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 SECOND = "second_head"   # a resource only the second head has: a trial placed elsewhere is Infeasible
 
 
-DRIVER_MODULE = b"kubetune.executors.ray.process"
+DRIVER_MODULE = b"kubetune.executors.ray.driver_main"
 
 
 # this module's Experiments name other clusters by loopback addresses, which the default
@@ -76,6 +76,9 @@ def test_experiments_on_two_ray_clusters_run_and_a_bad_address_fails_alone(
     create(api, ns, experiment("here", budget={"maxTrials": 2}, trial={"config": {"iterations": 3}}))
 
     wait_condition(api, ns, "here", "Succeeded", timeout=240, operator=operator)
+    # not dumpable (issue 25): no other process of its uid reads its environment (Ray token, results URL)
+    with pytest.raises(PermissionError):
+        Path(f"/proc/{operator.process.pid}/environ").read_bytes()
 
     def held(name: str) -> bool:
         items = trials(api, ns, name)
@@ -123,6 +126,10 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
         driver.connect()
         environ = Path(f"/proc/{driver.pid}/environ").read_bytes().split(b"\0")
         assert not [v for v in environ if v.startswith((b"KUBETUNE_TEST_RAY_TOKEN=", b"KUBETUNE_RESULTS_URL="))]
+        # in its sandbox (test_ray_sandbox.py), which starts with no_new_privs; its work directory its own
+        assert "NoNewPrivs:\t1" in Path(f"/proc/{driver.pid}/status").read_text()
+        workdirs = [driver._child.workdir]
+        assert Path(f"/proc/{driver.pid}/cwd").resolve() == Path(workdirs[0]).resolve()
         assert driver.list_trials("it/none/") == []
         first = driver.pid
         os.kill(first, signal.SIGKILL)          # e.g. Ray aborted the driver's process
@@ -131,8 +138,11 @@ def test_a_driver_process_that_dies_is_replaced_at_the_next_connect_and_dies_wit
         assert failed.value.address == ray_local
         driver.connect()
         assert driver.pid not in (None, first) and driver.list_trials("it/none/") == []
+        workdirs.append(driver._child.workdir)
     finally:
         driver.close()
+    wait_for(lambda: not any(Path(w).exists() for w in workdirs), timeout=60, interval=0.2,
+             message="the driver processes' work directories removed")
 
     # an operator killed outright leaves no driver process behind
     script = tmp_path / "killed_operator.py"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import threading
 
 import pytest
 
 from kubetune.executors.base import ClusterResources
 from kubetune.executors.platform import PlatformRegistry
+from kubetune.executors.ray import sandbox
 from kubetune.executors.ray.platform import RayAddressRefused, RayPlatforms
 from kubetune.executors.ray.process import scrubbed_environment
 from kubetune.operator_main import add_arguments
@@ -138,3 +140,37 @@ def test_a_driver_process_gets_none_of_the_operators_credentials():
     assert scrubbed_environment(environ=environ) == {"PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app"}
     assert scrubbed_environment("cluster-token", environ) == {
         "PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "cluster-token"}
+
+
+def test_without_landlock_no_driver_process_starts_unless_the_admin_allows_it_by_name():
+    """A driver process for another cluster runs sandboxed (executors/ray/sandbox.py); on a
+    kernel without Landlock it is not started, and the Experiment's condition says which
+    setting would start it anyway.  The operator's own cluster needs no driver process."""
+    made: list = []
+    refusing = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
+                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=0)
+    allowing = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
+                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=0, allow_unsandboxed=True)
+
+    async def run():
+        other = refusing.get("ray://head.x:10001", "x")
+        assert not await other.ensure_connected() and other.executor is None
+        assert "Landlock" in other.last_error
+        assert "--allow-unsandboxed-ray-drivers" in other.last_error and "ray.allowUnsandboxedDrivers" in other.last_error
+        assert await refusing.get(OWN, "x").ensure_connected()       # its own: in-process, unaffected
+        assert made == [(OWN, "")]
+        assert await allowing.get("ray://head.x:10001", "x").ensure_connected()
+        assert made[-1] == ("ray://head.x:10001", "")
+    asyncio.run(run())
+    assert settings().allow_unsandboxed_ray_drivers is False
+    assert settings("--allow-unsandboxed-ray-drivers").allow_unsandboxed_ray_drivers is True
+
+
+def test_a_drivers_sandbox_confines_the_network_of_ray_client_addresses_and_never_opens_a_protected_path():
+    assert sandbox.client_port("ray://head.team-a.svc:10002") == 10002
+    assert sandbox.client_port("ray://head.team-a") == 10001
+    assert sandbox.client_port("head.team-a:6379") is None and sandbox.client_port("local") is None
+    paths = sandbox.python_paths()
+    assert paths and not [p for p in paths if os.path.realpath(p) in ("/", "/var", "/run")]
+    assert sandbox._covers_protected("/") and sandbox._covers_protected("/var/run")
+    assert not sandbox._covers_protected("/usr/lib")

@@ -266,8 +266,12 @@ class RayPlatforms:
                  separate_factory: Callable[[str, str], Any] | None = None,
                  idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic,
                  weights: Mapping[str, float] | None = None,
-                 allowed: tuple[ray_allowlist.Entry, ...] | None = None, max_drivers: int = 0) -> None:
+                 allowed: tuple[ray_allowlist.Entry, ...] | None = None, max_drivers: int = 0,
+                 sandbox_abi: int = 1, allow_unsandboxed: bool = False) -> None:
         self.default_address = default_address
+        # the node's Landlock ABI (0: none), which sandboxes the driver processes (sandbox.py)
+        self.sandbox_abi = sandbox_abi
+        self.allow_unsandboxed = allow_unsandboxed
         self.weights = dict(weights or {})
         self.idle_s = idle_s
         self.allowed = allowed
@@ -328,6 +332,12 @@ class RayPlatforms:
 
     def _admit_driver(self) -> str:
         """"" if one more driver process may start, else why the Experiment waits."""
+        if not self.sandbox_abi and not self.allow_unsandboxed:
+            return ("not starting a Ray driver process for a cluster other than the operator's own: this node's "
+                    "kernel has no Landlock (Linux >= 5.13 with landlock in its lsm= list), which confines "
+                    "that process, and unconfined, code sent by that cluster could read the operator's "
+                    "ServiceAccount token; run the operator on a node with Landlock, or accept the risk: "
+                    "operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
         running = sum(1 for address, handle in self._handles.items()
                       if address != self.default_address and handle.executor is not None)
         if self.max_drivers and running >= self.max_drivers:

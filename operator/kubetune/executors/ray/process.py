@@ -26,19 +26,26 @@ unpickles what that cluster sends, so the child is not trusted either (issue 25,
 it starts with none of the operator's credentials (``scrubbed_environment``: no Ray
 token, no results-store URL, nothing named like a secret; the token of its own cluster
 if the allow-list names one), and it answers as bounded JSON that the operator checks
-field by field (driver_wire.py); an answer that fails a check ends the child.  The
+field by field (driver_wire.py); an answer that fails a check ends the child.  And
+before it imports Ray it enters a sandbox (sandbox.py: Landlock) that leaves it its own
+work directory, Python's files, and for a ``ray://`` address TCP to that port only: code a
+hostile server runs there reads no ServiceAccount token, no other process's ``/proc``
+entries, and can neither ptrace nor signal the operator.  The
 child ends when the operator does (it reads end-of-file on its socket), so an operator that is killed
 leaves no driver behind; trials are detached actors and outlive both.
 """
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -64,6 +71,10 @@ CALLS = frozenset({"connect", "disconnect", "start", "poll", "stop", "pause", "l
 # Ray token and results-store URL, and whatever is named like a credential
 SECRET_ENVIRONMENT = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "KUBETUNE_RESULTS_URL",
                                 "DATABASE_URL", "PGPASSWORD", "KUBECONFIG"})
+WORKDIR_PREFIX = "kubetune-ray-driver-"
+# Ray's "uv run" hook walks the process tree from /proc, which the sandbox hides; a
+# driver is never started by uv (the operator starts it)
+SANDBOXED_RAY = {"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "AUTH", "_URL", "DSN")
 
 
@@ -73,10 +84,13 @@ class DriverProcess:
 
     def __init__(self, address: str, options: Mapping[str, Any] | None = None, *,
                  connect_timeout_s: float = CONNECT_TIMEOUT_S, call_timeout_s: float = CALL_TIMEOUT_S,
-                 token: str = "") -> None:
+                 token: str = "", sandbox: bool = True) -> None:
         self.address = address
         self._options = dict(options or {})
         self._token = token       # this cluster's own Ray token ("": none), never the operator's
+        # False only where the kernel has no Landlock and the operator's admin allowed
+        # drivers without it (--allow-unsandboxed-ray-drivers)
+        self._sandbox = sandbox
         self._connect_timeout_s = connect_timeout_s
         self._call_timeout_s = call_timeout_s
         self._lock = threading.Lock()
@@ -86,7 +100,7 @@ class DriverProcess:
         """Start the child if it is not running, and connect it to Ray.  Idempotent."""
         with self._lock:
             if self._child is None or self._child.ended:
-                self._child = _Child(self.address, self._options, scrubbed_environment(self._token))
+                self._child = _Child(self.address, self._options, scrubbed_environment(self._token), self._sandbox)
         self._call("connect", timeout_s=self._connect_timeout_s)
 
     def close(self) -> None:
@@ -169,18 +183,42 @@ def scrubbed_environment(token: str = "", environ: Mapping[str, str] | None = No
     return clean
 
 
+def new_workdir() -> str:
+    """A new work directory for a driver process, named after this operator's pid; those
+    of operators gone (killed before they could remove them) are removed first."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}*-*")):
+        pid = os.path.basename(path)[len(WORKDIR_PREFIX):].partition("-")[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+
+
+def child_environment(environment: Mapping[str, str], workdir: str) -> dict[str, str]:
+    """A driver process's environment: ``environment`` (scrubbed), its work directory
+    as its TMPDIR and HOME (the one place its sandbox lets it write)."""
+    return {**environment, "TMPDIR": workdir, "HOME": workdir, **SANDBOXED_RAY}
+
+
 class _Child:
     """One driver process and the calls waiting for its answers."""
 
-    def __init__(self, address: str, options: Mapping[str, Any], environment: Mapping[str, str]) -> None:
+    def __init__(self, address: str, options: Mapping[str, Any], environment: Mapping[str, str],
+                 sandbox: bool = True) -> None:
         self.address = address
+        # the one directory the child may write (its sandbox): its TMPDIR, HOME and working
+        # directory (so that the script directory Python puts on sys.path is this one)
+        self.workdir = new_workdir()
         ours, theirs = socket.socketpair()
         try:
             # the child's output is the operator's: its Ray warnings land in the operator log
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "kubetune.executors.ray.process", str(theirs.fileno()),
-                 json.dumps({"address": address, **options})],
-                pass_fds=(theirs.fileno(),), env=dict(environment))
+                [sys.executable, "-m", "kubetune.executors.ray.driver_main", str(theirs.fileno()),
+                 json.dumps({"address": address, **options, "workdir": self.workdir, "sandbox": sandbox})],
+                pass_fds=(theirs.fileno(),), cwd=self.workdir,
+                env=child_environment(environment, self.workdir))
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
@@ -243,6 +281,7 @@ class _Child:
             if not future.done():
                 future.set_result((False, RayUnavailableError(self.address, self.ended)))
         self._conn.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -277,17 +316,17 @@ def serve(conn: Connection, executor: Any) -> None:
         pool.submit(answer, call_id, method, args, kwargs)
 
 
-def main(argv: list[str]) -> None:
-    fd, settings = int(argv[0]), json.loads(argv[1])
+def main(fd: int, settings: dict, sandboxed: bool) -> None:
+    """The child's body, once in its sandbox (driver_main.py)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not sandboxed:
+        log.warning("the Ray driver process for %s runs without a sandbox (--allow-unsandboxed-ray-drivers)",
+                    settings["address"])
     from kubetune.executors.ray.executor import RayExecutor
     address = settings.pop("address")
+    settings.pop("workdir")
     executor = RayExecutor(address, **settings)
     serve(Connection(fd), executor)
     if address == "local":   # an embedded Ray is this process's: end it with us
         executor.disconnect()
     os._exit(0)     # threads still waiting on Ray must not hold the exit
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
