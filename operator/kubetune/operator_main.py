@@ -126,13 +126,9 @@ def run(chosen: OperatorSettings) -> int:
     import kopf
 
     from kubetune import handlers
-    from kubetune.sandbox import landlock
 
     logging.basicConfig(level=chosen.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # no other process of the operator's uid (a driver process, a trial's code in the pod)
-    # may ptrace it or read its memory or /proc/PID/environ: its Ray token, results URL
-    if not landlock.not_dumpable():
-        logging.getLogger(__name__).warning("cannot make the operator's process not dumpable (not Linux)")
+    protect_process()
     handlers.register(chosen)
 
     async def serve() -> None:
@@ -159,6 +155,15 @@ def run(chosen: OperatorSettings) -> int:
 
     asyncio.run(serve())
     return 0
+
+
+def protect_process() -> None:
+    """No other process of the operator's uid (a driver process, code in its pod) may
+    ptrace it or read its memory or ``/proc/PID/environ``: its Ray token, results URL.
+    Nothing the operator needs reads its own process that way (py-spy would, as root)."""
+    from kubetune.sandbox import landlock
+    if not landlock.not_dumpable():
+        logging.getLogger(__name__).warning("cannot make the operator's process not dumpable (not Linux)")
 
 
 async def _lead(chosen: OperatorSettings):
