@@ -356,3 +356,21 @@ def get(app, path: str) -> tuple[str, str]:
     status: list[str] = []
     body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
     return status[0], body.decode()
+
+
+def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, store_url, tmp_path, caplog):
+    """Keeping a page fails (here the directory is a file): logged, and every study's page
+    is still made and kept in memory."""
+    written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
+                                                   study_json([("loss", "min")], [], {}))],
+                        trials=[TrialRow("s-0", "single-uid", "single-0", 0, {"x": 1}, "Succeeded")],
+                        results=[ResultRow("s-0", 0, 1, {"loss": 3.0}, time=2000.0)]))
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
+                   snapshots=Snapshots(blocked, store_url, 1 << 30))
+    assert app.kubetune_details.warmed.wait(60)
+    app.kubetune_details.stop()
+    assert "cannot keep study" in caplog.text
+    for study_id in (study_id_of("exp-uid"), study_id_of("single-uid")):   # the keeper went on to the next
+        assert app.kubetune_details._pieces[study_id].parts is not None

@@ -153,8 +153,13 @@ class StudyDetails:
             key = self._storage.kept_key(study_id, parts.trials)
             if key is None or key == pieces.saved_key:
                 return
-            if self._snapshots.save(study_id, key, parts.ordered, parts.best, parts.rest):
-                pieces.saved_key = key
+            try:
+                if self._snapshots.save(study_id, key, parts.ordered, parts.best, parts.rest):
+                    pieces.saved_key = key
+            except OSError as error:   # a full or read-only --cache-dir: the next start reads the store
+                log.warning("kubetune dashboard: cannot keep study %s's page in %s: %s", study_id,
+                            self._snapshots.directory, error)
+                pieces.saved_key = key   # not tried again until the study changes
 
     def _parts(self, study_id: int) -> _Parts | None:
         """Make the study's body again from the dashboard's trial list (kept for the
