@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,16 +32,20 @@ def blocked_call(release: threading.Event):
 
 
 def test_a_call_stuck_while_the_gcs_refuses_connections_is_given_up():
-    release = threading.Event()
+    release, returned = threading.Event(), threading.Event()
     endpoint = closed_port()
 
+    def call():
+        blocked_call(release)()
+        returned.set()
+
     async def main():
-        future = asyncio.ensure_future(asyncio.to_thread(blocked_call(release)))
+        future = asyncio.ensure_future(asyncio.to_thread(call))
         with pytest.raises(Unavailable, match=f"GCS at 127.0.0.1:{endpoint[1]} is unreachable \\(.*[Rr]efused"):
             await outage_bounded(future, lambda: endpoint, Unavailable, check_s=0.05)
-        assert not future.done()      # the thread is still blocked: only the caller was let go
+        assert not returned.is_set()     # the thread is still blocked: only the caller was let go
         release.set()
-        await future
+        assert await asyncio.to_thread(returned.wait, 30)
     asyncio.run(main())
 
 
@@ -91,3 +96,51 @@ def test_a_call_failing_while_the_gcs_refuses_connections_names_the_outage():
     with pytest.raises(Unavailable, match=r"is unreachable \(connection refused\)") as raised:
         asyncio.run(main())
     assert isinstance(raised.value.__cause__, ValueError)
+
+
+def test_a_call_queued_behind_a_blocked_one_is_cancelled_and_the_caller_told_to_use_new_threads():
+    release, ran, gave_up = threading.Event(), threading.Event(), []
+    endpoint = closed_port()
+    pool = ThreadPoolExecutor(1)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        blocked = loop.run_in_executor(pool, blocked_call(release))
+        queued = loop.run_in_executor(pool, ran.set)
+        with pytest.raises(Unavailable):
+            await outage_bounded(queued, lambda: endpoint, Unavailable, check_s=0.05,
+                                 on_give_up=lambda: gave_up.append(1))
+        release.set()
+        assert await blocked == "answer"
+    asyncio.run(main())
+    pool.shutdown(wait=True)
+    assert gave_up == [1] and not ran.is_set()
+
+
+def test_a_gcs_that_answers_no_connection_for_long_is_an_outage():
+    # a listening socket whose accept queue is full drops further SYNs: connections neither
+    # complete nor fail, as to a replaced head Pod's old IP
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    fillers = []
+    for _ in range(8):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(server.getsockname())
+        fillers.append(client)
+    release = threading.Event()
+
+    async def main():
+        future = asyncio.ensure_future(asyncio.to_thread(blocked_call(release)))
+        try:
+            with pytest.raises(Unavailable, match=r"is unreachable \(no answer for \d+s\)"):
+                await outage_bounded(future, server.getsockname, Unavailable, check_s=0.05, silent_outage_s=0.1)
+        finally:
+            release.set()
+    try:
+        asyncio.run(main())
+    finally:
+        for client in fillers:
+            client.close()
+        server.close()

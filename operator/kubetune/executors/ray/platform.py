@@ -128,7 +128,14 @@ class RayPlatform(ExecutorPlatform):
                 self._threads = ThreadPoolExecutor(self._thread_count, thread_name_prefix=f"ray {self.address}")
             future = asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
         return await outage_bounded(future, self._gcs_endpoint, lambda why: RayUnavailableError(self.address, why),
-                                    self.stuck_check_s)
+                                    self.stuck_check_s, on_give_up=self._new_threads)
+
+    def _new_threads(self) -> None:
+        """A call was given up on a blocked thread: later calls get threads of a new pool
+        rather than queue behind it (the old pool's threads end as their calls return)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)
+            self._threads = None
 
     def _gcs_endpoint(self) -> tuple[str, int] | None:
         endpoint = getattr(self.executor, "gcs_endpoint", None)    # a driver process times its own calls out
