@@ -17,8 +17,9 @@ __all__ = ["OperatorProcess", "operator", "experiments_api"]
 
 class OperatorProcess:
     def __init__(self, kubeconfig: Path, ray_address: str, workdir: Path, namespace: str,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), launcher: tuple[str, ...] = ()) -> None:
         self.kubeconfig = kubeconfig
+        self.launcher = launcher     # a command that runs the operator's command line (e.g. under seccomp)
         self.extra_args = extra_args
         self.ray_address = ray_address
         self.workdir = workdir
@@ -36,7 +37,7 @@ class OperatorProcess:
         self.starts += 1
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RAY_USAGE_STATS_ENABLED": "0"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kubetune", "operator", "--namespace", self.namespace,
+            [*self.launcher, sys.executable, "-m", "kubetune", "operator", "--namespace", self.namespace,
              "--ray-address", self.ray_address, "--checkpoint-storage", str(self.workdir / "checkpoints"),
              "--results-url", self.results_url, *self.extra_args],
             env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)

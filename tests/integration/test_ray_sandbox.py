@@ -25,10 +25,14 @@ import tempfile
 
 import pytest
 
+from k8s_helpers import condition, create, experiment, get_experiment, trials, wait_condition
+from kube_fixtures import wait_for
 from kubetune.devcluster.processes import free_port
 from kubetune.executors.ray.process import child_environment, scrubbed_environment
 from kubetune.sandbox import landlock
+from operator_fixtures import OperatorProcess
 from ray_fixtures import start_ray_head, stop_ray_head
+from test_ray_addresses import driver_pids
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(landlock.abi() < 6, reason="needs a kernel with Landlock ABI >= 6 (Linux >= 6.12)")]
@@ -194,3 +198,56 @@ def test_the_operator_is_not_dumpable_so_no_process_of_its_user_reads_its_enviro
     finally:
         operator.kill()
         operator.wait()
+
+
+# runs its arguments as a command, where Landlock's system calls fail with ENOSYS (a
+# seccomp filter, as a node's profile may have): a kernel without Landlock, to the operator
+WITHOUT_LANDLOCK = (sys.executable, "-c", r'''
+import ctypes, os, sys
+class Instruction(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+class Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+filter = (Instruction * 6)(
+    Instruction(0x20, 0, 0, 0),                  # load the system call's number
+    Instruction(0x15, 3, 0, 444), Instruction(0x15, 2, 0, 445), Instruction(0x15, 1, 0, 446),   # landlock_*
+    Instruction(0x06, 0, 0, 0x7FFF0000),         # allow
+    Instruction(0x06, 0, 0, 0x00050000 | 38))    # fail with ENOSYS
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0           # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(Program(6, filter)), 0, 0) == 0, ctypes.get_errno()   # PR_SET_SECCOMP
+os.execv(sys.argv[1], sys.argv[1:])
+''')
+
+
+def test_where_the_node_has_no_landlock_no_driver_process_starts_unless_the_admin_allows_it(
+        kube_cluster, ray_local, namespace, experiments_api, tmp_path):
+    """The operator under a seccomp filter that fails Landlock's calls: an Experiment
+    naming another cluster waits, its RayUnavailable condition naming the setting, and no
+    driver process starts; the operator's own cluster is unaffected.  With
+    --allow-unsandboxed-ray-drivers, the driver starts (and meets nothing listening)."""
+    api, ns, address = experiments_api, namespace, f"ray://127.0.0.1:{free_port()}"
+    operator = OperatorProcess(kube_cluster.kubeconfig, ray_local, tmp_path, ns,
+                               extra_args=("--ray-allowed-addresses", "any"), launcher=WITHOUT_LANDLOCK).start()
+    try:
+        create(api, ns, experiment("elsewhere", ray={"address": address}, budget={"maxTrials": 1}))
+        create(api, ns, experiment("here", budget={"maxTrials": 1}))
+        waiting = condition(wait_condition(api, ns, "elsewhere", "RayUnavailable", timeout=120, operator=operator),
+                            "RayUnavailable")["message"]
+        assert "no Landlock" in waiting and "--allow-unsandboxed-ray-drivers" in waiting \
+            and "ray.allowUnsandboxedDrivers" in waiting, waiting
+        wait_condition(api, ns, "here", "Succeeded", timeout=240, operator=operator)
+        assert driver_pids(operator) == {}
+        assert trials(api, ns, "elsewhere") == []
+
+        operator.stop_and_report()
+        operator.extra_args += ("--allow-unsandboxed-ray-drivers",)
+        operator.start()
+
+        def refused() -> str | None:
+            found = condition(get_experiment(api, ns, "elsewhere"), "RayUnavailable") or {}
+            return found.get("message") if "connection refused" in (found.get("message") or "") else None
+        wait_for(refused, timeout=120, interval=0.5, message="the unsandboxed driver meeting nothing at the address")
+        assert set(driver_pids(operator)) == {address}
+    finally:
+        operator.stop_and_report()
