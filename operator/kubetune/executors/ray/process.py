@@ -183,6 +183,11 @@ def scrubbed_environment(token: str = "", environ: Mapping[str, str] | None = No
     return clean
 
 
+# -P: its working directory (a directory it may write) is not put on sys.path, where a
+# package planted there would be imported before the driver enters its sandbox
+DRIVER_COMMAND = (sys.executable, "-P", "-m", "kubetune.executors.ray.driver_main")
+
+
 def new_workdir() -> str:
     """A new work directory for a driver process, named after this operator's pid; those
     of operators gone (killed before they could remove them) are removed first."""
@@ -206,13 +211,13 @@ class _Child:
                  sandbox: bool = True) -> None:
         self.address = address
         # the one directory the child may write (its sandbox): its TMPDIR, HOME and working
-        # directory (so that the script directory Python puts on sys.path is this one)
+        # directory (never on its sys.path: DRIVER_COMMAND)
         self.workdir = new_workdir()
         ours, theirs = socket.socketpair()
         try:
             # the child's output is the operator's: its Ray warnings land in the operator log
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "kubetune.executors.ray.driver_main", str(theirs.fileno()),
+                [*DRIVER_COMMAND, str(theirs.fileno()),
                  json.dumps({"address": address, **options, "workdir": self.workdir, "sandbox": sandbox})],
                 pass_fds=(theirs.fileno(),), cwd=self.workdir,
                 env=child_environment(environment, self.workdir))
