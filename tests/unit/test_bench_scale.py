@@ -101,3 +101,23 @@ def test_fair_shares_are_split_between_namespaces_first():
     split = fairness.fair_split(12, demands, groups)
     assert split == {"a/1": 2, "a/2": 2, "a/3": 2, "b/big": 6}
     assert fairness.fair_split(4, demands, groups) == {"a/1": 2 / 3, "a/2": 2 / 3, "a/3": 2 / 3, "b/big": 2}
+
+
+def test_the_get_trials_bench_builds_the_status_the_operator_writes_for_a_finished_trial():
+    from kubetune.bench.scale.finished_trial import finished_status, trial_body
+    from kubetune.controller import render
+    from kubetune.core.curve import CURVE_POINTS
+    spec = shapes.big(trials=10, parallelism=2, cpu=0.05).body()["spec"]
+    one, hundred = finished_status(spec, 1), finished_status(spec, 100)
+    assert (one["phase"], one["lastResultSeq"], one["iteration"]) == ("Succeeded", 0, 1)
+    assert (hundred["phase"], hundred["lastResultSeq"], hundred["iteration"]) == ("Succeeded", 99, 100)
+    # the curve is the bounded one (core/curve.py), and the run's end is counted
+    assert len(hundred["history"]) <= CURVE_POINTS < 100
+    assert hundred["usage"]["runSeconds"] > 0 and hundred["usage"]["endedRuns"]
+    # what a restarted operator reads back from it
+    assert render.trial_record({"metadata": {"name": "big-0"}, "spec": {"index": 0}, "status": hundred}).phase.value \
+        == "Succeeded"
+    experiment = {"metadata": {"name": "big", "uid": "u"}, "spec": spec}
+    body = trial_body("ns", experiment, 7, 0.5)
+    assert body["metadata"]["name"] == "big-7" and body["spec"]["index"] == 7
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "u"

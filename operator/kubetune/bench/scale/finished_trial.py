@@ -32,7 +32,8 @@ def finished_status(spec_body: Mapping[str, Any], results: int, experiment: str 
         value = 0.3 + 1.0 / i     # a learning curve, so every point is a distinct float
         runner.on_trial_result(name, Result(seq=launch.last_result_seq + i, iteration=i,
                                             metrics={"loss": value}, timestamp=now, attempt=launch.attempt), now)
-    runner.on_trial_usage(name, launch.attempt, began + 1.0, now)
+    # the run's end as its host reports it (controller/result_pump.py: ended=True)
+    runner.on_trial_usage(name, launch.attempt, began + 1.0, now + 0.1, ended=True)
     runner.on_trial_completed(name, now + 0.1)
     return render.trial_status(runner.trials[name], objective=spec.objective.metric,
                                decision_state=runner.decision_state(name))

@@ -10,8 +10,10 @@ rendering).  Then, each the median of ``--repeat`` runs:
 - ``kubectl get trials -n NS`` (kubectl's default: pages of 500, the server renders each
   page as a Table from the CRD's additionalPrinterColumns);
 - ``kubectl get trials -n NS -o name`` (no Table);
-- the same LIST without kubectl: pages of 500 as a Table and as JSON, read whole
-  (where the server's time goes, apart from kubectl's own).
+- the same LIST without kubectl: pages of 500 as a Table (as kubectl asks: each row with
+  the Trial's metadata, managedFields included), as a Table of the printer columns alone
+  (``includeObject=None``) and as JSON, read whole: where the server's time goes, apart
+  from kubectl's own.
 
 Prints one JSON object: the figures, the Trial's size in bytes (compact JSON as the
 server returns it), the load average at the start and the end and the commit."""
@@ -78,12 +80,12 @@ def kubectl_get(kubectl: str, kubeconfig: str, namespace: str, *extra: str) -> i
     return len(done.stdout.splitlines())
 
 
-def raw_list(bench: KubeBench, namespace: str, accept: str) -> int:
+def raw_list(bench: KubeBench, namespace: str, accept: str, *params: tuple[str, str]) -> int:
     """Every page of the LIST, read whole; the bytes it took."""
     api, size, token = bench._api, 0, ""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/trials"
     while True:
-        query = [("limit", PAGE)] + ([("continue", token)] if token else [])
+        query = [("limit", PAGE), *params] + ([("continue", token)] if token else [])
         method, url, headers, body, _ = api.param_serialize("GET", path, query_params=query,
                                                             header_params={"Accept": accept},
                                                             auth_settings=["BearerToken"])
@@ -104,6 +106,8 @@ def measure(bench: KubeBench, namespace: str, repeat: int) -> dict[str, Any]:
     out["kubectl_get_name_s"], _ = _median_of(repeat, lambda: kubectl_get(binary, kubeconfig, namespace,
                                                                           "-o", "name"))
     out["list_table_s"], out["list_table_bytes"] = _median_of(repeat, lambda: raw_list(bench, namespace, TABLE))
+    out["list_table_columns_only_s"], out["list_table_columns_only_bytes"] = _median_of(
+        repeat, lambda: raw_list(bench, namespace, TABLE, ("includeObject", "None")))
     out["list_json_s"], out["list_json_bytes"] = _median_of(
         repeat, lambda: raw_list(bench, namespace, "application/json"))
     one = bench._custom().list_namespaced_custom_object(GROUP, VERSION, namespace, "trials", limit=1)["items"][0]
