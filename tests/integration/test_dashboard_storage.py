@@ -374,3 +374,30 @@ def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, s
     assert "cannot keep study" in caplog.text
     for study_id in (study_id_of("exp-uid"), study_id_of("single-uid")):   # the keeper went on to the next
         assert app.kubetune_details._pieces[study_id].parts is not None
+
+
+def test_the_kept_pages_key_is_the_state_its_trials_were_made_from(written, store_url, monkeypatch):
+    """``kept_key`` names the store's state the trials were made from, as ``state_key``
+    reads it later; a refresh that failed half-way (the results read after the counts)
+    leaves it at the old state, so a page made from the old trials is never kept as the
+    new, and the next refresh reads the changed trial again (it was lost before)."""
+    monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    multi = study_id_of("exp-uid")
+    trials = storage.get_all_trials(multi, deepcopy=False)
+    before = storage.kept_key(multi, trials)
+    assert before == storage.state_key(multi)
+    written.write(Batch(results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1)))
+
+    def store_away(*args, **kwargs):
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("the store went away"))
+    curves = storage.store.curves
+    monkeypatch.setattr(storage.store, "curves", store_away)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        storage.get_all_trials(multi, deepcopy=False)
+    assert storage.kept_key(multi, trials) == before != storage.state_key(multi)
+    monkeypatch.setattr(storage.store, "curves", curves)   # back: the refresh goes through
+    now = storage.get_all_trials(multi, deepcopy=False)
+    assert storage.kept_key(multi, trials) is None        # not the storage's trials any more
+    assert storage.kept_key(multi, now) == storage.state_key(multi) != before
+    assert now[3].intermediate_values == {1: 0.5, 2: 0.4}

@@ -203,7 +203,6 @@ class ResultsStoreStorage(BaseStorage):
         looked = set(watched)
         changed = [r.uid for r in rows if cache.rows.get(r.uid) != r
                    or r.uid in looked and stats.get(r.uid) != cache.stats.get(r.uid)]
-        self._settle(cache, rows, watched, stats, set(changed), now)
         if changed:
             which = self._which(changed, rows)
             curves = _curves(self.store.curves(uid, study.shape.objectives[0][0], which), set(changed))
@@ -212,7 +211,10 @@ class ResultsStoreStorage(BaseStorage):
                 curve = curves.get(trial_uid, Curve())
                 curve.last = last.get(trial_uid, {})
                 cache.curves[trial_uid] = curve
-        elif len(rows) == len(cache.trials):
+        # the counts are kept only once the results are read: after a failed read, the next
+        # look finds the same trials changed and reads them again
+        self._settle(cache, rows, watched, stats, set(changed), now)
+        if not changed and len(rows) == len(cache.trials):
             return
         distributions = distributions_for(study.shape.distributions, [r.params for r in rows])
         rebuild = set(changed) if distributions == cache.distributions else {r.uid for r in rows}
@@ -273,7 +275,7 @@ class ResultsStoreStorage(BaseStorage):
         with cache.lock:
             if len(trials) != len(cache.trials) or any(a is not b for a, b in zip(trials, cache.trials)):
                 return None
-            return _digest(study, list(cache.rows.values()), cache.stats)
+            return _digest(study, list(cache.rows.values()), cache.stats)   # what ``trials`` were made from
 
     # ------------------------------------------------------------------ writes: refused
 
