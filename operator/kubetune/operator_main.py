@@ -42,11 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "1-256; past it an Experiment waits, its condition RayUnavailable saying so")
     parser.add_argument("--allow-unsandboxed-ray-drivers", action="store_true",
                         default=env_fallback("KUBETUNE_ALLOW_UNSANDBOXED_RAY_DRIVERS", ""),
-                        help="where the node's kernel has no Landlock (Linux < 5.13, or not enabled), still "
-                             "start driver processes for Ray clusters other than --ray-address, without their "
-                             "sandbox: code a hostile cluster sends them can then read what the operator's "
-                             "container holds (its ServiceAccount token). Off: such an Experiment waits, its "
-                             "condition RayUnavailable saying so")
+                        help="where the node's kernel offers no full sandbox (Landlock ABI < 6, Linux < 6.12), "
+                             "still start driver processes for Ray clusters other than --ray-address, with what "
+                             "it offers: below ABI 6 code a hostile cluster sends them can signal (kill) the "
+                             "operator; without Landlock it can read what the operator's container holds (its "
+                             "ServiceAccount token). Off: such an Experiment waits, its condition "
+                             "RayUnavailable saying so")
     parser.add_argument("--ray-driver-idle-seconds",
                         default=env_fallback("KUBETUNE_RAY_DRIVER_IDLE_SECONDS", "300"),
                         help="the driver process of a Ray address other than --ray-address ends once no "

@@ -142,20 +142,21 @@ def test_a_driver_process_gets_none_of_the_operators_credentials():
         "PATH": "/bin", "HOME": "/root", "PYTHONPATH": "/app", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "cluster-token"}
 
 
-def test_without_landlock_no_driver_process_starts_unless_the_admin_allows_it_by_name():
+@pytest.mark.parametrize("abi", [0, 5], ids=["no-landlock", "no-signal-scoping"])
+def test_without_a_full_sandbox_no_driver_process_starts_unless_the_admin_allows_it_by_name(abi):
     """A driver process for another cluster runs sandboxed (executors/ray/sandbox.py); on a
     kernel without Landlock it is not started, and the Experiment's condition says which
     setting would start it anyway.  The operator's own cluster needs no driver process."""
     made: list = []
     refusing = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
-                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=0)
+                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=abi)
     allowing = RayPlatforms(OWN, lambda a: Driver(made, a), separate_factory=lambda a, t: Driver(made, a, t),
-                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=0, allow_unsandboxed=True)
+                            allowed=ray_allowlist.parse(["any"]), sandbox_abi=abi, allow_unsandboxed=True)
 
     async def run():
         other = refusing.get("ray://head.x:10001", "x")
         assert not await other.ensure_connected() and other.executor is None
-        assert "Landlock" in other.last_error
+        assert ("no Landlock" if abi == 0 else "Landlock ABI 5") in other.last_error
         assert "--allow-unsandboxed-ray-drivers" in other.last_error and "ray.allowUnsandboxedDrivers" in other.last_error
         assert await refusing.get(OWN, "x").ensure_connected()       # its own: in-process, unaffected
         assert made == [(OWN, "")]

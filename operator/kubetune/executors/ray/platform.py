@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
 from kubetune.executors.ray.errors import RayUnavailableError
+from kubetune.executors.ray import sandbox
 from kubetune.executors.ray.outage import STUCK_CALL_CHECK_S, outage_bounded
 from kubetune.spec import ray_allowlist
 from kubetune.spec.model import ExperimentSpec
@@ -274,7 +275,7 @@ class RayPlatforms:
                  idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic,
                  weights: Mapping[str, float] | None = None,
                  allowed: tuple[ray_allowlist.Entry, ...] | None = None, max_drivers: int = 0,
-                 sandbox_abi: int = 1, allow_unsandboxed: bool = False) -> None:
+                 sandbox_abi: int = sandbox.FULL_ABI, allow_unsandboxed: bool = False) -> None:
         self.default_address = default_address
         # the node's Landlock ABI (0: none), which sandboxes the driver processes (sandbox.py)
         self.sandbox_abi = sandbox_abi
@@ -339,6 +340,12 @@ class RayPlatforms:
 
     def _admit_driver(self) -> str:
         """"" if one more driver process may start, else why the Experiment waits."""
+        if 0 < self.sandbox_abi < sandbox.FULL_ABI and not self.allow_unsandboxed:
+            return (f"not starting a Ray driver process for a cluster other than the operator's own: this node's "
+                    f"kernel offers Landlock ABI {self.sandbox_abi}, which confines that process's files but not "
+                    f"its signals (ABI {sandbox.FULL_ABI}, Linux >= 6.12), so code sent by that cluster could kill "
+                    "the operator, again after each restart; run the operator on a newer kernel, or accept the "
+                    "risk: operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
         if not self.sandbox_abi and not self.allow_unsandboxed:
             return ("not starting a Ray driver process for a cluster other than the operator's own: this node's "
                     "kernel has no Landlock (Linux >= 5.13 with landlock in its lsm= list), which confines "

@@ -109,6 +109,12 @@ def confine(address: str, workdir: str, *, version: int | None = None) -> int:
     return rules.version
 
 
+# the ABI that also keeps the driver from signalling processes outside its sandbox (Linux
+# 6.12): below it, code sent by a hostile cluster could kill the operator, again after each
+# restart (the restored Experiment starts a new driver), which stops every tenant
+FULL_ABI = 6
+
+
 def available() -> int:
     """The Landlock ABI a driver's sandbox would use here (0: none)."""
     return landlock.abi()
