@@ -283,7 +283,8 @@ def test_a_page_gets_the_last_body_at_once_and_what_changed_on_its_next_poll(wri
     assert study_id not in app.kubetune_details._pieces
 
 
-def test_a_restarted_dashboard_answers_from_the_kept_page_until_the_store_changes(written, store_url, tmp_path):
+def test_a_restarted_dashboard_answers_from_the_kept_page_until_the_store_changes(written, store_url, tmp_path,
+                                                                                  monkeypatch):
     """The keeper keeps each study's body on disk (dashboard/snapshot.py): a new dashboard
     answers the first opening with it, without reading the trials from the store, while
     the store still holds what it was made of; once the store changed, from the store."""
@@ -293,8 +294,9 @@ def test_a_restarted_dashboard_answers_from_the_kept_page_until_the_store_change
         storage = ResultsStoreStorage(open_store(store_url, read_only=True))
         return storage, make_app(storage, warm=warm, snapshots=Snapshots(cache, store_url, 1 << 30))
 
+    monkeypatch.setattr(detail_module, "KEEP_SECONDS", 0.05)   # kept once unchanged for a round
     storage, first = dashboard(warm=True)
-    assert first.kubetune_details.warmed.wait(60)
+    wait_for_kept(cache)
     first.kubetune_details.stop()
     kept = first.kubetune_details.body(multi, 0)
     assert len(list(cache.glob("*.study"))) == 1
@@ -319,9 +321,11 @@ def test_the_readiness_route_waits_for_the_store_only_without_a_kept_page(writte
     """``/kubetune/ready`` (the chart's readiness probe) answers 503 while the warm-up reads
     the store, and 200 at once when every study's page is kept on disk."""
     cache = tmp_path / "cache"
+    monkeypatch.setattr(detail_module, "KEEP_SECONDS", 0.05)
     first = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
                      snapshots=Snapshots(cache, store_url, 1 << 30))
     assert first.kubetune_details.warmed.wait(60) and get(first, "/kubetune/ready") == ("200 OK", "ready\n")
+    wait_for_kept(cache)
     first.kubetune_details.stop()
     reading, release = threading.Event(), threading.Event()
     make_parts = detail_module.StudyDetails._parts
@@ -358,7 +362,8 @@ def get(app, path: str) -> tuple[str, str]:
     return status[0], body.decode()
 
 
-def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, store_url, tmp_path, caplog):
+def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, store_url, tmp_path, caplog,
+                                                                     monkeypatch):
     """Keeping a page fails (here the directory is a file): logged, and every study's page
     is still made and kept in memory."""
     written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
@@ -367,12 +372,16 @@ def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, s
                         results=[ResultRow("s-0", 0, 1, {"loss": 3.0}, time=2000.0)]))
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("")
+    monkeypatch.setattr(detail_module, "KEEP_SECONDS", 0.05)
     app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
                    snapshots=Snapshots(blocked, store_url, 1 << 30))
-    assert app.kubetune_details.warmed.wait(60)
+    studies = (study_id_of("exp-uid"), study_id_of("single-uid"))
+    deadline = time.monotonic() + 60
+    while not all(f"cannot keep study {s}'s page" in caplog.text for s in studies):   # the keeper went on
+        assert time.monotonic() < deadline, caplog.text
+        time.sleep(0.05)
     app.kubetune_details.stop()
-    assert "cannot keep study" in caplog.text
-    for study_id in (study_id_of("exp-uid"), study_id_of("single-uid")):   # the keeper went on to the next
+    for study_id in studies:
         assert app.kubetune_details._pieces[study_id].parts is not None
 
 
@@ -401,3 +410,36 @@ def test_the_kept_pages_key_is_the_state_its_trials_were_made_from(written, stor
     assert storage.kept_key(multi, trials) is None        # not the storage's trials any more
     assert storage.kept_key(multi, now) == storage.state_key(multi) != before
     assert now[3].intermediate_values == {1: 0.5, 2: 0.4}
+
+
+def test_a_study_is_kept_once_unchanged_for_a_round_not_while_it_changes(written, store_url, tmp_path, monkeypatch):
+    """The keeper writes a study's page when its state stayed the same since its last
+    round: a running Experiment's is not rewritten each round."""
+    monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
+    monkeypatch.setattr(detail_module, "STALE_LIMIT_SECONDS", 0.0)   # each body() reads the store
+    cache, multi = tmp_path / "cache", study_id_of("exp-uid")
+    app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=False,
+                   snapshots=Snapshots(cache, store_url, 1 << 30))
+    details = app.kubetune_details
+
+    def keeper_round() -> list:   # what the keeper does each round, for this study
+        details.body(multi, 0)
+        details._save(multi, details._pieces[multi])
+        return sorted(p.stat().st_mtime_ns for p in cache.glob("*.study"))
+
+    assert keeper_round() == []                  # first seen
+    kept = keeper_round()                        # unchanged since: kept
+    assert len(kept) == 1
+    assert keeper_round() == kept                # already kept: not written again
+    for step in range(2):                        # a result each round: not written
+        written.write(Batch(results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1 + step)))
+        dashboard_compat.app_cache(app).clear()
+        assert keeper_round() == kept
+    assert keeper_round() != kept                # unchanged for a round again: the new state kept
+
+
+def wait_for_kept(cache) -> None:
+    deadline = time.monotonic() + 60
+    while not list(cache.glob("*.study")):
+        assert time.monotonic() < deadline, "no study page was kept"
+        time.sleep(0.05)

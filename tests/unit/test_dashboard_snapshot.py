@@ -49,3 +49,12 @@ def test_the_oldest_files_go_when_the_directory_is_full(tmp_path):
     assert snapshots.load(2, "key") is not None and snapshots.load(3, "key") is not None
     assert not snapshots.save(4, "key", [b"x" * size * 3], [], b"")   # alone over the limit: not kept
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_temporary_file_a_killed_dashboard_left_is_removed_at_start(tmp_path):
+    left, writing = tmp_path / "a.tmp", tmp_path / "b.tmp"   # b: another dashboard writing now
+    for path in (left, writing):
+        path.write_bytes(b"half a page")
+    os.utime(left, (1, 1))
+    Snapshots(tmp_path, "store", 1 << 20)
+    assert not left.exists() and writing.exists()

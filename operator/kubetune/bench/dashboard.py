@@ -194,7 +194,7 @@ def measure_restarts(browser: Browser, url: str, study_id: int, repeats: int) ->
                 runs["listen"].append(process.listening)
                 runs["first_nothing_kept"].append(browser.open_page(process.base, study_id)[0])
                 deadline = time.monotonic() + 900
-                while not any(Path(cache).glob("*.study")):   # the keeper writes it after its warm-up
+                while not any(Path(cache).glob("*.study")):   # the keeper writes it a round after its warm-up
                     if time.monotonic() > deadline:
                         raise RuntimeError("the dashboard kept no page data within 15 minutes")
                     time.sleep(0.5)

@@ -62,6 +62,7 @@ class _Pieces:
     parts: _Parts | None = None
     refreshing: bool = False
     saved_key: str | None = None      # the state the snapshot on disk is of
+    seen_key: str | None = None       # the state at the keeper's last round
     looked: bool = False              # the snapshot was looked for
 
 
@@ -145,13 +146,17 @@ class StudyDetails:
             return pieces.parts
 
     def _save(self, study_id: int, pieces: _Pieces) -> None:
-        """Keep the study's body on disk when the state it was made of is not kept yet."""
+        """Keep the study's body on disk once the state it was made of stayed the same for
+        a keeper round (KEEP_SECONDS) and is not kept yet.  A running Experiment changes
+        between rounds: its body, which a later start could not use anyway (its state
+        will have moved on), is not written every round."""
         with pieces.lock:
             parts = pieces.parts
             if self._snapshots is None or parts is None or parts.trials is None:
                 return
             key = self._storage.kept_key(study_id, parts.trials)
-            if key is None or key == pieces.saved_key:
+            settled, pieces.seen_key = key == pieces.seen_key, key
+            if key is None or key == pieces.saved_key or not settled:
                 return
             try:
                 if self._snapshots.save(study_id, key, parts.ordered, parts.best, parts.rest):

@@ -6,16 +6,18 @@ on an idle machine and 40 s or more on a busy one (a million results read, 10,00
 trials converted: see BENCHMARKS.md "Dashboard"), and an opening before it is done
 waits for it.  What the body is made of can be checked far faster: the trial rows and
 each trial's result count and seqs (``ResultsStoreStorage.state_key``, ~0.4 s).  So
-the keeper writes each study's body here with that digest once it has made it, and a
-new dashboard serves the written body when the store's digest is still the same (a
+the keeper writes each study's body here with that digest once the study stayed the
+same for one of its rounds (30 s: not every round of a running Experiment), and a new
+dashboard serves the written body when the store's digest is still the same (a
 finished Experiment: always), while it makes its own in the background as before.  A
 study whose digest differs (it changed while no dashboard ran) is made from the store.
 
 One file per study: a JSON header line (the digest, the format, the versions that
 shape the body, each piece's length), then the pieces' bytes.  Written to a temporary
-file and renamed, so a reader never sees half a file; the directory is kept under
-``max_bytes`` by removing the oldest files.  Only this dashboard writes here, and a file
-that does not parse as expected is ignored."""
+file and renamed, so a reader never sees half a file (a temporary file a killed
+dashboard left is removed by the next one); the directory is kept under ``max_bytes`` by
+removing the oldest files.  Only this dashboard writes here, and a file that does not
+parse as expected is ignored."""
 from __future__ import annotations
 
 import hashlib
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 SUFFIX = ".study"
+TEMPORARY = ".tmp"
+LEFT_SECONDS = 600.0      # a temporary file older than this was left by a dashboard killed while writing
 
 
 def _versions() -> dict[str, str]:
@@ -53,6 +57,18 @@ class Snapshots:
         self.max_bytes = max_bytes
         self._scope = hashlib.sha256(scope.encode()).hexdigest()[:12]
         self._versions = _versions()
+        self._remove_left_over()
+
+    def _remove_left_over(self) -> None:
+        """Temporary files a dashboard killed while writing left (not another's being written)."""
+        for path in self.directory.glob(f"*{TEMPORARY}"):
+            try:
+                if time.time() - path.stat().st_mtime > LEFT_SECONDS:
+                    path.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as error:   # a directory we cannot write: saving will say so
+                log.warning("kubetune dashboard: cannot remove %s: %s", path, error)
 
     def _path(self, study_id: int) -> Path:
         return self.directory / f"{self._scope}-{study_id}{SUFFIX}"
@@ -91,7 +107,7 @@ class Snapshots:
         header = json.dumps({"key": key, "versions": self._versions, "ordered": [len(p) for p in ordered],
                              "best": [len(p) for p in best], "rest": len(rest)}).encode() + b"\n"
         self.directory.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=TEMPORARY)
         try:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(header)
