@@ -36,6 +36,7 @@ docs: $(STAMP)
 bench: $(STAMP) bench-quality
 	$(BIN)/python -m kubetune.bench
 	$(BIN)/python -m kubetune.bench.scale --out bench-results
+	$(BIN)/python -m kubetune.bench.scale.get_trials > bench-results/get_trials.json
 	$(BIN)/python -m kubetune.bench.dashboard --repeats 3 --out bench-results/dashboard.json
 
 # Search quality against Optuna, Syne Tune and random search on offline benchmarks (issue 28),
