@@ -505,3 +505,25 @@ def test_an_experiment_is_starting_on_its_clusters_ledger_until_its_first_cycle_
     asyncio.run(state.serve("ns", "e", {"metadata": {"name": "e", "uid": "u1", "generation": 1},
                                         "spec": {"searchSpace": "not a mapping"}}, stopped))
     assert seen[:2] == [True, True] and not any(seen[2:]) and "ns/e/" not in ledger._starting
+
+
+def test_an_experiment_that_found_its_cluster_unreachable_stays_starting_until_it_asks():
+    # a first cycle that could not reach Ray asked for nothing: the others must not take a
+    # second trial each meanwhile (under load 30-50 they did, and it waited 200 s)
+    from kubetune.controller.store import MemoryStore
+    ray = FlakyRay(unreachable=1)
+    registry = RayPlatforms("ray://head:10001", lambda address: ray)
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: MemoryStore(),
+                          checkpoint_storage="")
+    ledger = registry.get("ray://head:10001").ledger
+    seen: list[bool] = []
+
+    def stopped() -> bool:      # asked before each cycle; the retry comes after a 1 s backoff
+        seen.append("ns/e/" in ledger._starting)
+        return ray.unreachable == 0 and not seen[-1] or len(seen) > 2000
+
+    body = {"metadata": {"name": "e", "uid": "u1", "generation": 1},
+            "spec": {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0.0, 1.0]}},
+                     "trial": {"entrypoint": "m:f"}, "budget": {"maxTrials": 2, "parallelism": 1}}}
+    asyncio.run(state.serve("ns", "e", body, stopped))
+    assert seen[:3] == [True, True, True] and seen[-1] is False and len(seen) <= 2000

@@ -46,13 +46,22 @@ class OperatorState:
         # each get a first trial before any gets a second (core/fair_share.py)
         ledger = self._starting(namespace, name, body)
 
-        def started() -> None:    # its first cycle ended (asked, or had nothing to ask), or it stopped
+        def started() -> None:
             if ledger is not None:
                 ledger.started(f"{namespace}/{name}/")
+
+        def first_cycle_done(controller: ExperimentController) -> None:
+            # it stops starting when it asks (ledger.watch, in the first cycle that reaches
+            # its cluster: not one that found the cluster unreachable, or under load 30-50
+            # the Experiments built first took a second trial each all the same); one that
+            # will not ask (no runner: an invalid spec, finished before) stops now
+            ctx = controller.ctx
+            if ctx.runner is None or ctx.platform is None or ctx.platform.ledger is not ledger:
+                started()
         try:
-            await self._serve(key, body, stopped, started)
+            await self._serve(key, body, stopped, first_cycle_done)
         finally:
-            started()
+            started()     # stopped, deleted, or gone to rest
 
     def _starting(self, namespace: str, name: str, body: Mapping[str, Any]) -> Any:
         """The ledger of the cluster the Experiment will ask (its raw spec's), told it is starting."""
@@ -66,11 +75,11 @@ class OperatorState:
         return platform.ledger
 
     async def _serve(self, key: tuple[str, str], body: Mapping[str, Any], stopped: Callable[[], bool],
-                     started: Callable[[], None]) -> None:
+                     first_cycle_done: Callable[[ExperimentController], None]) -> None:
         namespace, name = key
         while not stopped():
             controller = self.controller_for(namespace, name, body)
-            await controller.run(lambda: stopped() or controller.at_rest(), started)
+            await controller.run(lambda: stopped() or controller.at_rest(), lambda: first_cycle_done(controller))
             if stopped() or controller.stopped_by_request or self.controllers.get(key) is not controller:
                 return
             # the last word before it goes: a condition that cleared since the last cycle
