@@ -184,14 +184,15 @@ def test_a_queued_trials_words_stay_the_same_while_the_line_moves():
 
 
 def _first_cycle(ledger: ResourceLedger, experiment: str, parallelism: int, woken: list[str] | None = None) -> int:
-    """An Experiment's first cycle as the runner makes it: it asks for ``parallelism``
-    trials at once (ledger.watch first, as the controller does); how many were granted."""
+    """An Experiment's first cycle as the controller makes it: it watches, asks for
+    ``parallelism`` trials at once, and is ``started``; how many were granted."""
     ledger.watch(experiment, lambda: woken.append(experiment) if woken is not None else None)
     granted = 0
     for i in range(parallelism):
         owner = f"{experiment}t{i}"
         ledger.set_waiting(owner, CPU)
         granted += ledger.try_acquire(owner, CPU)
+    ledger.started(experiment)        # after its first step, as the controller does
     return granted
 
 
@@ -248,5 +249,7 @@ def test_room_kept_for_a_starting_experiment_frees_when_it_gives_up():
     assert _first_cycle(ledger, "ns/a/", 2) == 1
     assert ledger.queue_reason("ns/a/t1").startswith("waiting for its turn: the Experiments starting")
     ledger.watch("ns/a/", lambda: woken.append("a"))
-    ledger.unwatch("ns/late/")                 # its spec was invalid: it will not ask
+    ledger.watch("ns/late/", lambda: None)     # watching is not asking: the room stays kept
+    assert not ledger.try_acquire("ns/a/t1", CPU) and woken == []
+    ledger.unwatch("ns/late/")                 # it stopped (deleted): it will not ask
     assert woken == ["a"] and ledger.try_acquire("ns/a/t1", CPU)

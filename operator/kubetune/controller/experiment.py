@@ -265,7 +265,12 @@ class ExperimentController:
             return False
         # woken when a trial of ours is first in line and fits, not only at the next cycle
         ctx.platform.ledger.watch(ctx.prefix, self.wake)
-        busy = await self._step_and_poll()
+        try:
+            busy = await self._step_and_poll()
+        finally:
+            # its first step asked for what it wants: no room is kept for it any more
+            # (not at ``watch``: a burst's Experiments all pass it before any steps)
+            ctx.platform.ledger.started(ctx.prefix)
         if self.checkpoints.to_delete:
             await self.checkpoints.delete_ended()
         await self.status.flush()

@@ -83,17 +83,15 @@ class ResourceLedger:
         line and fits: its runner should take the room now, not at its next cycle
         (everyone behind it waits for that)."""
         self._wakers[experiment] = wake
-        self.started(experiment)
 
     def unwatch(self, experiment: str) -> None:
         self._wakers.pop(experiment, None)
         self.started(experiment)
 
     def starting(self, experiment: str) -> None:
-        """``experiment`` is being built (restored) and will ask soon: until it ``watch``es
-        (its first cycle asks), ``unwatch``es or is ``started`` (its first cycle ended
-        without asking), Experiments that hold some get no further trial
-        (fair_share.kept_for_starting)."""
+        """``experiment`` is being built (restored) and will ask soon: until it is ``started``
+        (its first step asked for what it wants) or ``unwatch``es, Experiments that hold
+        some get no further trial (fair_share.kept_for_starting)."""
         self._starting.add(experiment)
 
     def started(self, experiment: str) -> None:
