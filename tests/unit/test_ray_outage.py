@@ -110,6 +110,9 @@ def test_a_call_queued_behind_a_blocked_one_is_cancelled_and_the_caller_told_to_
         with pytest.raises(Unavailable):
             await outage_bounded(queued, lambda: endpoint, Unavailable, check_s=0.05,
                                  on_give_up=lambda: gave_up.append(1))
+        # the cancellation reaches the pool's work item through a callback the loop runs
+        # next: let it run before the blocked thread is released to take the next item
+        await asyncio.sleep(0)
         release.set()
         assert await blocked == "answer"
     asyncio.run(main())
