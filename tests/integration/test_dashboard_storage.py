@@ -23,6 +23,7 @@ from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage
 from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
 from kubetune.results.study_meta import study_json
 from kubetune.spec.model import Constraint
+from kube_fixtures import wait_for
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from postgres_fixtures import postgres_server, postgres_url  # noqa: F401
 
@@ -276,10 +277,8 @@ def test_a_page_gets_the_last_body_at_once_and_what_changed_on_its_next_poll(wri
     # a deleted Experiment: its kept body goes, its page answers 404 (at the latest on a later poll)
     written.delete_experiment("exp-uid")
     monkeypatch.setattr(storage_module, "STUDIES_TTL_SECONDS", 0.0)
-    deadline = time.monotonic() + 60
-    while not api(app, f"/api/studies/{study_id}")[0].startswith("404"):
-        assert time.monotonic() < deadline, "the deleted Experiment's page is still served"
-        time.sleep(0.05)
+    wait_for(lambda: api(app, f"/api/studies/{study_id}")[0].startswith("404"), timeout=60, interval=0.05,
+             message="the deleted Experiment's page to answer 404")
     assert study_id not in app.kubetune_details._pieces
 
 
@@ -376,10 +375,8 @@ def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, s
     app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)),
                    snapshots=Snapshots(blocked, store_url, 1 << 30))
     studies = (study_id_of("exp-uid"), study_id_of("single-uid"))
-    deadline = time.monotonic() + 60
-    while not all(f"cannot keep study {s}'s page" in caplog.text for s in studies):   # the keeper went on
-        assert time.monotonic() < deadline, caplog.text
-        time.sleep(0.05)
+    wait_for(lambda: all(f"cannot keep study {s}'s page" in caplog.text for s in studies),   # the keeper went on
+             timeout=60, interval=0.05, message="the keeper to log each study it could not keep")
     app.kubetune_details.stop()
     for study_id in studies:
         assert app.kubetune_details._pieces[study_id].parts is not None
@@ -439,7 +436,4 @@ def test_a_study_is_kept_once_unchanged_for_a_round_not_while_it_changes(written
 
 
 def wait_for_kept(cache) -> None:
-    deadline = time.monotonic() + 60
-    while not list(cache.glob("*.study")):
-        assert time.monotonic() < deadline, "no study page was kept"
-        time.sleep(0.05)
+    wait_for(lambda: list(cache.glob("*.study")), timeout=60, interval=0.05, message="a study page kept")
