@@ -228,6 +228,16 @@ class KubeBench:
         import kubernetes
         return kubernetes.client.CoreV1Api(self._api)
 
+    def kubectl_get_trials(self, namespace: str, *extra: str, timeout_s: float = 600) -> int:
+        """``kubectl get trials -n NAMESPACE [extra]`` as a user runs it (kubectl pages by
+        500); the lines it printed.  RuntimeError with kubectl's message if it failed."""
+        from kubetune.devcluster.build import kubectl
+        done = subprocess.run([str(kubectl(log=self.log)), "--kubeconfig", str(self.plane.kubeconfig), "get",
+                               "trials", "-n", namespace, *extra], capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl get trials {' '.join(extra)}: {done.stderr.strip()}")
+        return len(done.stdout.splitlines())
+
     def metrics_text(self) -> str:
         """The apiserver's ``/metrics``."""
         method, url, headers, body, _ = self._api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -72,14 +71,6 @@ def _median_of(repeat: int, run: Callable[[], Any]) -> tuple[float, Any]:
     return round(statistics.median(took), 3), last
 
 
-def kubectl_get(kubectl: str, kubeconfig: str, namespace: str, *extra: str) -> int:
-    done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "get", "trials", "-n", namespace, *extra],
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(f"kubectl get trials {' '.join(extra)}: {done.stderr.strip()}")
-    return len(done.stdout.splitlines())
-
-
 def raw_list(bench: KubeBench, namespace: str, accept: str, *params: tuple[str, str]) -> int:
     """Every page of the LIST, read whole; the bytes it took."""
     api, size, token = bench._api, 0, ""
@@ -98,13 +89,10 @@ def raw_list(bench: KubeBench, namespace: str, accept: str, *params: tuple[str, 
 
 
 def measure(bench: KubeBench, namespace: str, repeat: int) -> dict[str, Any]:
-    from kubetune.devcluster.build import kubectl
-    binary, kubeconfig = str(kubectl(log=lambda m: None)), str(bench.plane.kubeconfig)
     out: dict[str, Any] = {}
-    out["kubectl_get_s"], rows = _median_of(repeat, lambda: kubectl_get(binary, kubeconfig, namespace))
+    out["kubectl_get_s"], rows = _median_of(repeat, lambda: bench.kubectl_get_trials(namespace))
     out["kubectl_get_rows"] = rows - 1    # its header
-    out["kubectl_get_name_s"], _ = _median_of(repeat, lambda: kubectl_get(binary, kubeconfig, namespace,
-                                                                          "-o", "name"))
+    out["kubectl_get_name_s"], _ = _median_of(repeat, lambda: bench.kubectl_get_trials(namespace, "-o", "name"))
     out["list_table_s"], out["list_table_bytes"] = _median_of(repeat, lambda: raw_list(bench, namespace, TABLE))
     out["list_table_columns_only_s"], out["list_table_columns_only_bytes"] = _median_of(
         repeat, lambda: raw_list(bench, namespace, TABLE, ("includeObject", "None")))

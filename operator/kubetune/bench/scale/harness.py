@@ -5,7 +5,6 @@ finished, then measure and verify.  Returns every figure as one dict (report.py)
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -215,18 +214,15 @@ class ScaleRun:
 
     def _kubectl_get(self, bench: KubeBench, namespace: str) -> float | None:
         """``kubectl get trials`` of the big Experiment (kubectl pages by 500)."""
-        from kubetune.devcluster.build import kubectl
-        binary = kubectl(log=self.log)
         started = time.monotonic()
-        done = subprocess.run([str(binary), "--kubeconfig", str(bench.plane.kubeconfig), "get", "trials",
-                               "-n", namespace, "--no-headers"], capture_output=True, text=True, timeout=300)
-        took = time.monotonic() - started
-        if done.returncode != 0:
-            self.log(f"kubectl get trials: {done.stderr.strip()}")
+        try:
+            rows = bench.kubectl_get_trials(namespace, "--no-headers", timeout_s=300)
+        except RuntimeError as error:
+            self.log(str(error))
             return None
-        self.log(f"kubectl get trials -n {namespace}: {len(done.stdout.splitlines())} rows in {took:.2f} s")
+        took = time.monotonic() - started
+        self.log(f"kubectl get trials -n {namespace}: {rows} rows in {took:.2f} s")
         return took
-
 
 def _spread(values: list[float]) -> dict[str, float | None]:
     return {"p50": bench_report.percentile(values, 0.5), "p95": bench_report.percentile(values, 0.95),
