@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.kube(specs, repeats)
 
     result["wall_s"] = time.time() - started
-    result["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    result["machine"]["loadavg_end"] = report.loadavg_text()
     # every run imports the working tree afresh: say if it changed under the benchmark
     result["machine"]["git_commit_end"], result["machine"]["git_dirty_end"] = report.git_state()
     result["summary"] = summarize(result["runs"], specs)

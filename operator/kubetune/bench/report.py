@@ -347,13 +347,18 @@ def _commit(machine: Mapping[str, Any], suffix: str) -> str:
     return commit + ("+dirty" if commit and machine.get(f"git_dirty{suffix}") else "")
 
 
+def loadavg_text() -> str:
+    """The 1, 5 and 15 minute load averages, as every benchmark report shows them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine_info(repo: str | None = None) -> dict[str, Any]:
     import sys
 
     info: dict[str, Any] = {
         "cpus": os.cpu_count(), "python": platform.python_version(), "os": platform.platform(),
         "memory_gib": _memory_bytes() / KIB ** 3, "cpu_model": _cpu_model(),
-        "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "loadavg_start": loadavg_text(),
         "argv": sys.argv,
     }
     try:

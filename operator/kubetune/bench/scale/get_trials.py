@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
 import random
 import statistics
 import sys
@@ -116,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"command": "python -m kubetune.bench.scale.get_trials "
                                           + " ".join(argv if argv is not None else sys.argv[1:]),
                                "commit": bench_report.git_state()[0],
-                               "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+                               "loadavg_start": bench_report.loadavg_text()}
     with KubeBench(log=lambda m: print(m, file=sys.stderr, flush=True)) as bench:
         began = time.monotonic()
         populate(bench, "get-trials", args.trials, args.results)
         figures["populate_s"] = round(time.monotonic() - began, 1)
         figures.update(trials=args.trials, results=args.results, **measure(bench, "get-trials", args.repeat))
-    figures["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    figures["loadavg_end"] = bench_report.loadavg_text()
     print(json.dumps(figures))
     return 0
 

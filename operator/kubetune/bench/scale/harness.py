@@ -62,7 +62,7 @@ class ScaleRun:
                 figures.update(self._run(bench, head))
             finally:
                 head.stop()
-        figures["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+        figures["machine"]["loadavg_end"] = bench_report.loadavg_text()
         return figures
 
     def _run(self, bench: KubeBench, head: RayHead) -> dict[str, Any]:
