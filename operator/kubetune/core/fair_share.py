@@ -21,6 +21,7 @@ then anyway).  Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import add
 from typing import Any, Collection, Iterable, Mapping
 
 from kubetune.spec.resources import Resources
@@ -40,22 +41,57 @@ def groups(owner: str) -> tuple[str, str]:
     return "", ""
 
 
-def dominant(amount: Resources, total: Resources) -> float:
-    """The largest fraction of any resource of ``total`` that ``amount`` takes (a resource
-    the cluster has none of counts one whole unit per unit asked)."""
-    share = 0.0
-    for kind in amount.kinds():
-        have = total.amount(kind)
-        share = max(share, amount.amount(kind) / have if have > 0 else amount.amount(kind))
-    return share
-
-
 @dataclass
 class Request:
     owner: str
     demand: Resources     # all of its bundles together
     priority: int
     order: int
+    # Derived once: the ledger keeps a request across rebuilds of its line
+    namespace: str = field(init=False)
+    experiment: str = field(init=False)
+    kinds: frozenset[str] = field(init=False)
+    _vectors: dict[tuple[str, ...], "Vector | None"] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.namespace, self.experiment = groups(self.owner)
+        self.kinds = frozenset(self.demand.kinds())
+
+    def vector(self, kinds: tuple[str, ...]) -> "Vector | None":
+        if kinds not in self._vectors:
+            self._vectors = {kinds: _vector(self.demand, kinds)}     # the kinds seldom change
+        return self._vectors[kinds]
+
+
+# The sums below are over every waiting request each time the line is rebuilt (after
+# every grant and release: hundreds of requests with 200 Experiments on one cluster), so
+# they are kept as tuples of integers, in units of 1/10,000 (the precision Resources
+# rounds to) over the kinds anybody asks for, not as Resources objects: exact sums, so
+# equal shares tie exactly, and a tenth of the cost.
+SCALE = 10_000
+Vector = tuple  # of int, one per FairState.kinds
+
+
+def _vector(amount: Resources, kinds: tuple[str, ...]) -> Vector | None:
+    """``amount`` in units of 1/SCALE over ``kinds``; None if it asks for another kind."""
+    amounts = amount.to_ray()
+    if any(kind not in kinds for kind in amounts):
+        return None
+    return tuple(round(amounts.get(kind, 0.0) * SCALE) for kind in kinds)
+
+
+def _plus(a: Vector, b: Vector) -> Vector:
+    return tuple(map(add, a, b))
+
+
+def dominant(amount: Vector, total: Vector) -> float:
+    """The largest fraction of any resource of ``total`` that ``amount`` takes (a resource
+    the cluster has none of counts one whole unit per unit asked): DRF's dominant share."""
+    share = 0.0
+    for asked, have in zip(amount, total):
+        if asked > 0:
+            share = max(share, asked / have if have > 0 else asked / SCALE)
+    return share
 
 
 @dataclass
@@ -64,39 +100,51 @@ class FairState:
     get its key without a rebuild (one Experiment queueing 1,000 trials: O(1) each)."""
     total: Resources
     weights: Mapping[str, float]
-    experiment_sum: dict[str, Resources] = field(default_factory=dict)   # held + waiting so far
-    namespace_sum: dict[str, Resources] = field(default_factory=dict)
+    kinds: tuple[str, ...] = ()            # what the vectors count: every kind asked for or held
+    total_vector: Vector = ()
+    experiment_sum: dict[str, Vector] = field(default_factory=dict)   # held + waiting so far
+    namespace_sum: dict[str, Vector] = field(default_factory=dict)
     namespace_last: dict[str, tuple] = field(default_factory=dict)     # last (-priority, exp share, order)
 
     def weight(self, namespace: str) -> float:
         weight = self.weights.get(namespace, 1.0)
         return weight if weight > 0 else 1.0
 
+    def zero(self) -> Vector:
+        return (0,) * len(self.total_vector)
+
 
 def fair_keys(waiting: Iterable[Request], held: Mapping[str, Resources], total: Resources,
               weights: Mapping[str, float]) -> tuple[dict[str, Key], FairState]:
     """Each waiting owner's key (sort ascending to get the line), and the sums for appends.
     ``held``: owner -> what it holds now."""
-    state = FairState(total, weights)
+    waiting = list(waiting)
+    kinds = tuple(sorted(frozenset().union(*(r.kinds for r in waiting),
+                                           *(amount.kinds() for amount in held.values()))))
+    total_vector = tuple(round(total.amount(kind) * SCALE) for kind in kinds)
+    state = FairState(total, weights, kinds, total_vector)
+    zero = state.zero()
     for owner, amount in held.items():
         namespace, experiment = groups(owner)
-        state.experiment_sum[experiment] = state.experiment_sum.get(experiment, Resources()) + amount
-        state.namespace_sum[namespace] = state.namespace_sum.get(namespace, Resources()) + amount
+        vector = _vector(amount, kinds)
+        state.experiment_sum[experiment] = _plus(state.experiment_sum.get(experiment, zero), vector)
+        state.namespace_sum[namespace] = _plus(state.namespace_sum.get(namespace, zero), vector)
     by_experiment: dict[str, list[Request]] = {}
     for request in waiting:
-        by_experiment.setdefault(groups(request.owner)[1], []).append(request)
-    by_namespace: dict[str, list[tuple[tuple, Request]]] = {}
+        by_experiment.setdefault(request.experiment, []).append(request)
+    by_namespace: dict[str, list[tuple[tuple, Request, Vector]]] = {}
     for experiment, requests in by_experiment.items():
         for request in sorted(requests, key=lambda r: (-r.priority, r.order)):
-            total_so_far = state.experiment_sum.get(experiment, Resources()) + request.demand
+            demand = request.vector(kinds)
+            total_so_far = _plus(state.experiment_sum.get(experiment, zero), demand)
             state.experiment_sum[experiment] = total_so_far
-            inner = (-request.priority, dominant(total_so_far, total), request.order)
-            by_namespace.setdefault(groups(request.owner)[0], []).append((inner, request))
+            inner = (-request.priority, dominant(total_so_far, state.total_vector), request.order)
+            by_namespace.setdefault(request.namespace, []).append((inner, request, demand))
     keys: dict[str, Key] = {}
     for namespace, entries in by_namespace.items():
         entries.sort(key=lambda item: item[0])
-        for inner, request in entries:
-            keys[request.owner] = _namespace_key(state, namespace, request)
+        for inner, request, demand in entries:
+            keys[request.owner] = _namespace_key(state, namespace, request, demand)
             state.namespace_last[namespace] = inner
     return keys, state
 
@@ -104,21 +152,24 @@ def fair_keys(waiting: Iterable[Request], held: Mapping[str, Resources], total: 
 def append_key(state: FairState, request: Request) -> Key | None:
     """The key of a new arrival if it goes last in its Experiment's and its namespace's
     order (then the sums carry on); None if it would go earlier (rebuild the line)."""
-    namespace, experiment = groups(request.owner)
-    total_so_far = state.experiment_sum.get(experiment, Resources()) + request.demand
-    inner = (-request.priority, dominant(total_so_far, state.total), request.order)
+    namespace, experiment = request.namespace, request.experiment
+    demand = request.vector(state.kinds)
+    if demand is None:          # a kind the line has not seen: rebuild
+        return None
+    total_so_far = _plus(state.experiment_sum.get(experiment, state.zero()), demand)
+    inner = (-request.priority, dominant(total_so_far, state.total_vector), request.order)
     last = state.namespace_last.get(namespace)
     if last is not None and inner < last:
         return None
     state.experiment_sum[experiment] = total_so_far
     state.namespace_last[namespace] = inner
-    return _namespace_key(state, namespace, request)
+    return _namespace_key(state, namespace, request, demand)
 
 
-def _namespace_key(state: FairState, namespace: str, request: Request) -> Key:
-    total_so_far = state.namespace_sum.get(namespace, Resources()) + request.demand
+def _namespace_key(state: FairState, namespace: str, request: Request, demand: Vector) -> Key:
+    total_so_far = _plus(state.namespace_sum.get(namespace, state.zero()), demand)
     state.namespace_sum[namespace] = total_so_far
-    return (-request.priority, dominant(total_so_far, state.total) / state.weight(namespace), request.order)
+    return (-request.priority, dominant(total_so_far, state.total_vector) / state.weight(namespace), request.order)
 
 
 def kept_for_starting(experiment: str, starting: Collection[str], holding: Collection[str]) -> bool:

@@ -29,6 +29,14 @@ class _Waiting:
     bundles: list[Resources]
     priority: int
     order: int            # arrival order: smaller waited longer
+    # Made once per request, not at every rebuild of the line (which sums and groups them all)
+    demand: Resources = field(init=False, compare=False)
+    shape: tuple = field(init=False, compare=False)
+    request: Request | None = field(default=None, compare=False)     # its fair_share view, once
+
+    def __post_init__(self) -> None:
+        self.demand = total_of(self.bundles)
+        self.shape = tuple(tuple(sorted(b.to_ray().items())) for b in self.bundles)
 
 
 class ResourceLedger:
@@ -40,6 +48,7 @@ class ResourceLedger:
         self._node_types: list[Resources] | None = None
         self._known = False                     # capacity never reported: nobody may start yet
         self._held: dict[str, list[tuple[int, Resources]]] = {}   # owner -> (node index, bundle)
+        self._held_total: dict[str, Resources] = {}   # owner -> its bundles summed
         self._node_free: list[Resources] = []     # per node: capacity minus what is held there
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
@@ -58,15 +67,23 @@ class ResourceLedger:
         reports it; the ledger subtracts what it granted itself), defaulting to one node
         holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
         None when the cluster cannot grow."""
+        nodes = list(nodes) if nodes else [total]
+        node_types = list(node_types) if node_types is not None else None
+        if self._known and (total, nodes, node_types) == (self._total, self._nodes, self._node_types):
+            # the same shape (every refresh, every 2 s): the line and placements stand; the
+            # first in line is woken again in case it let its turn pass
+            self._woken = None
+            self._wake_first()
+            return
         self._total = total
-        self._nodes = list(nodes) if nodes else [total]
-        self._node_types = list(node_types) if node_types is not None else None
+        self._nodes = nodes
+        self._node_types = node_types
         self._known = True
         self._line = None
         self._node_free = list(self._nodes)
         # Nodes come and go: re-place every holding on the new node list. A holding that no
         # longer fits anywhere stays counted (index -1) until its owner releases it.
-        held, self._held = self._held, {}
+        held, self._held, self._held_total = self._held, {}, {}
         for owner, placements in held.items():
             self._place(owner, [bundle for _, bundle in placements], force=True)
         self._woken = None
@@ -162,11 +179,13 @@ class ResourceLedger:
             if index >= 0:
                 self._node_free[index] = self._node_free[index] - bundle
         self._held[owner] = list(zip(placement, bundles))
+        self._held_total[owner] = total_of(bundles)
         self._line = None
         return True
 
     def _unplace(self, owner: str) -> None:
         self._line = None
+        self._held_total.pop(owner, None)
         for index, bundle in self._held.pop(owner, ()):
             if index >= 0:
                 # Subtraction clamps at zero, so adding back could exceed the node: recompute
@@ -259,9 +278,8 @@ class ResourceLedger:
         if self._line is not None:
             return self._line
         self.work["sorts"] += 1
-        held = {owner: total_of(bundle for _, bundle in placements) for owner, placements in self._held.items()}
         keys, fair = fair_keys((_request(owner, entry) for owner, entry in self._waiting.items()),
-                               held, self._total, self._weights)
+                               self._held_total, self._total, self._weights)
         line = Line(queue=[], keys=[], fair=fair)
         for owner in sorted(keys, key=keys.__getitem__):
             self._extend(line, owner, self._waiting[owner], keys[owner])
@@ -270,7 +288,7 @@ class ResourceLedger:
 
     def _extend(self, line: "Line", owner: str, entry: _Waiting, key: tuple) -> None:
         """Append a request to the end of ``line`` (one fit check per distinct shape)."""
-        shape = tuple(tuple(sorted(b.to_ray().items())) for b in entry.bundles)
+        shape = entry.shape
         if shape not in line.shorts:
             line.shorts[shape] = frozenset(self._short_kinds(entry.bundles))
         short = line.shorts[shape]
@@ -390,4 +408,6 @@ class ResourceLedger:
 
 
 def _request(owner: str, entry: _Waiting) -> Request:
-    return Request(owner, total_of(entry.bundles), entry.priority, entry.order)
+    if entry.request is None:
+        entry.request = Request(owner, entry.demand, entry.priority, entry.order)
+    return entry.request
