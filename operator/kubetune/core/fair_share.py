@@ -172,6 +172,30 @@ def _namespace_key(state: FairState, namespace: str, request: Request, demand: V
     return (-request.priority, dominant(total_so_far, state.total_vector) / state.weight(namespace), request.order)
 
 
+@dataclass
+class Waiting:
+    """A request waiting in the ledger's line: its bundles, priority and arrival order."""
+    bundles: list[Resources]
+    priority: int
+    order: int            # arrival order: smaller waited longer
+    # Made once per request, not at every rebuild of the line (which sums and groups them all)
+    demand: Resources = field(init=False, compare=False)
+    shape: tuple = field(init=False, compare=False)
+    request: Request | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        demand = Resources()
+        for bundle in self.bundles:
+            demand = demand + bundle
+        self.demand = demand
+        self.shape = tuple(tuple(sorted(b.to_ray().items())) for b in self.bundles)
+
+    def request_of(self, owner: str) -> Request:
+        if self.request is None:
+            self.request = Request(owner, self.demand, self.priority, self.order)
+        return self.request
+
+
 def kept_for_starting(experiment: str, starting: Collection[str], holding: Collection[str]) -> bool:
     """Whether a further trial of ``experiment`` waits because other Experiments are
     being built on the cluster (``starting``: built or restored, not asked yet) while it

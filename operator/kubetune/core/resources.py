@@ -11,32 +11,16 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kubetune.core.feasibility import (WAITING_FOR_STARTING, WAITING_ITS_TURN, amount_only as _amount_only,
                                       describe_amount, first_fit, infeasibility, kind_order as _kind_order,
                                       nodes_text as _nodes, total_of, trial_bundles)
-from kubetune.core.fair_share import (Line, Request, append_key, fair_keys, groups, kept_for_starting,
+from kubetune.core.fair_share import (Line, Waiting as _Waiting, append_key, fair_keys, groups, kept_for_starting,
                                       unregistered_key)
 from kubetune.spec.resources import Resources
 
 __all__ = ["Resources", "ResourceLedger", "first_fit", "total_of", "trial_bundles"]
-
-
-@dataclass
-class _Waiting:
-    bundles: list[Resources]
-    priority: int
-    order: int            # arrival order: smaller waited longer
-    # Made once per request, not at every rebuild of the line (which sums and groups them all)
-    demand: Resources = field(init=False, compare=False)
-    shape: tuple = field(init=False, compare=False)
-    request: Request | None = field(default=None, compare=False)     # its fair_share view, once
-
-    def __post_init__(self) -> None:
-        self.demand = total_of(self.bundles)
-        self.shape = tuple(tuple(sorted(b.to_ray().items())) for b in self.bundles)
 
 
 class ResourceLedger:
@@ -254,7 +238,7 @@ class ResourceLedger:
             return
         self._waiting[owner] = entry
         line = self._line
-        key = append_key(line.fair, _request(owner, entry)) if current is None and line is not None else None
+        key = append_key(line.fair, entry.request_of(owner)) if current is None and line is not None else None
         if key is not None and (not line.keys or key > line.keys[-1]):
             self._extend(line, owner, entry, key)      # joins the end of the line: O(1)
         else:
@@ -278,7 +262,7 @@ class ResourceLedger:
         if self._line is not None:
             return self._line
         self.work["sorts"] += 1
-        keys, fair = fair_keys((_request(owner, entry) for owner, entry in self._waiting.items()),
+        keys, fair = fair_keys((entry.request_of(owner) for owner, entry in self._waiting.items()),
                                self._held_total, self._total, self._weights)
         line = Line(queue=[], keys=[], fair=fair)
         for owner in sorted(keys, key=keys.__getitem__):
@@ -405,9 +389,3 @@ class ResourceLedger:
             return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
                     f"{_amount_only(kind, free.amount(kind))} free{suffix}")
         return f"{count}: {self.queue_reason(first)}"
-
-
-def _request(owner: str, entry: _Waiting) -> Request:
-    if entry.request is None:
-        entry.request = Request(owner, entry.demand, entry.priority, entry.order)
-    return entry.request
