@@ -90,20 +90,23 @@ class ActorDiscovery:
     def discover(self, prefix: str, wait_s: float) -> None:
         """Ask every named actor under ``prefix`` what it hosts; adopt what we did not know."""
         names = [ACTOR_PREFIX + name for name in self.actor_names(prefix)]
+        namespace = experiment_namespace(self.namespace, prefix)
         with self._lock:
             seen = self._discovered.setdefault(prefix, _Discovery())
             seen.at = time.monotonic()
             known = {s.worker.name for s in self._slots.values()}
             known |= {w.name for w in self._pool.idle_workers()}
-            for name in names:
-                if name in known or name in seen.probing:
-                    continue
-                namespace = experiment_namespace(self.namespace, prefix)
-                try:
-                    handle = ray.get_actor(name, namespace=namespace)
-                except ValueError:
-                    continue  # died meanwhile
-                seen.probing[name] = (handle, call(handle.describe, namespace))
+            new = [name for name in names if name not in known and name not in seen.probing]
+        asked = {}
+        for name in new:    # Ray calls, outside the lock (pool.py says why)
+            try:
+                handle = ray.get_actor(name, namespace=namespace)
+            except ValueError:
+                continue  # died meanwhile
+            asked[name] = (handle, call(handle.describe, namespace))
+        with self._lock:
+            for name, probe in asked.items():
+                seen.probing.setdefault(name, probe)    # another thread may have asked it meanwhile
             probing = dict(seen.probing)
         if not probing:
             return
@@ -146,7 +149,7 @@ class ActorDiscovery:
                       placement_group=group, namespace=experiment_namespace(self.namespace, prefix))
 
     def _adopt(self, name: str, worker: Worker, answer: dict) -> None:
-        idle = False
+        idle = end = False
         with self._lock:
             key = answer["trial_key"]
             if key is not None and key not in self._slots:
@@ -155,16 +158,18 @@ class ActorDiscovery:
                 # it answered too late: the trial was started again elsewhere meanwhile
                 log.warning("actor %s also hosts %s, which runs on %s: ending it", name, key,
                             self._slots[key].worker.name)
-                self._pool.kill(worker)
+                end = True
             elif key is None and worker.pool_key and not answer["stray_threads"]:
                 idle = True
             elif key is None:
                 # a dedicated actor hosting nothing (a leftover), or a worker still running
                 # threads of its last trial (retired, see trainable/host.py)
-                self._pool.kill(worker)
-        if idle:
-            # outside the lock: giving a worker back asks Ray for the cluster's size, which
-            # waits for as long as Ray is down, and poll (RayUnavailable) needs the lock
+                end = True
+        # outside the lock: killing an actor, or giving a worker back (which asks Ray for
+        # the cluster's size), waits for as long as Ray is down, and poll needs the lock
+        if end:
+            self._pool.kill(worker)
+        elif idle:
             self._pool.give_back(worker)
 
     def unknown_update(self, key: str) -> TrialUpdate:

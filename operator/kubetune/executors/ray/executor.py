@@ -199,7 +199,7 @@ class RayExecutor:
         self._discovery.find_unknown(unknown)
         with self._lock:
             slots = {key: self._slots.held.get(key) for key in cursors}
-            self._pool.reap_idle()
+        self._pool.reap_idle()      # Ray calls: outside the lock (pool.py)
         for key, slot in slots.items():
             if slot is None:
                 updates[key] = self._discovery.unknown_update(key)

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.util.placement_group import PlacementGroup
@@ -71,13 +71,25 @@ class Worker:
     namespace: str = ""                 # its Ray namespace (experiment_namespace)
 
 
+def _kill_actor(handle: Any) -> None:
+    ray.kill(handle, no_restart=True)
+
+
 class WorkerPool:
-    """Creates trial actors and keeps the idle pooled ones.  ``lock`` is the executor's."""
+    """Creates trial actors and keeps the idle pooled ones.  ``lock`` is the executor's.
+
+    No Ray call is made holding ``lock``: the lock guards only our bookkeeping (which
+    workers are idle), and a Ray call may hang for as long as the cluster's head is gone
+    (outage.py gives up waiting for it, but cannot take the lock back from its thread),
+    which would hold every other call on this executor (poll, stop, discovery) with it.
+    So a worker is taken out of the pool under the lock, then killed outside it.
+    ``kill_actor``: how an actor is ended (``ray.kill``; tests pass their own)."""
 
     def __init__(self, lock: threading.RLock, *, address: str, namespace: str, reuse_actors: bool,
                  idle_ttl_s: float, orphan_timeout_s: float, rpc_timeout_s: float,
-                 lease_timeout_s: float = 0.0):
+                 lease_timeout_s: float = 0.0, kill_actor: Callable[[Any], None] = _kill_actor):
         self._lock = lock
+        self._kill_actor = kill_actor
         self.address = address
         self.namespace = namespace
         self.reuse_actors = reuse_actors
@@ -101,8 +113,8 @@ class WorkerPool:
             return [w for ws in self._idle.values() for w in ws]
 
     def take_idle(self, pool_key: str) -> Worker | None:
+        self.reap_idle()
         with self._lock:
-            self.reap_idle()
             workers = self._idle.get(pool_key)
             return workers.pop() if workers else None
 
@@ -145,15 +157,18 @@ class WorkerPool:
                 del self._idle[pool_key]
 
     def reap_idle(self) -> None:
+        """Kill the workers idle for longer than ``idle_ttl_s``: chosen (and taken out of
+        the pool) under the lock, killed outside it.  Call it without holding the lock."""
         deadline = time.monotonic() - self.idle_ttl_s
         with self._lock:
+            expired = []
             for pool_key, workers in list(self._idle.items()):
-                expired = [w for w in workers if w.idle_since < deadline]
-                for worker in expired:
-                    workers.remove(worker)
-                    self.kill(worker)
+                expired += [w for w in workers if w.idle_since < deadline]
+                workers[:] = [w for w in workers if w.idle_since >= deadline]
                 if not workers:
                     del self._idle[pool_key]
+        for worker in expired:
+            self.kill(worker)
 
     def create(self, req: LaunchRequest, shape: TrialResources, launch: dict,
                busy: list[TrialResources] = ()) -> Worker:
@@ -247,8 +262,9 @@ class WorkerPool:
                 held[k] = held.get(k, 0.0) - v
 
     def kill(self, worker: Worker) -> None:
+        """End a worker's actor (and placement group): Ray calls, so never under the lock."""
         try:
-            ray.kill(worker.handle, no_restart=True)
+            self._kill_actor(worker.handle)
         except Exception:  # noqa: BLE001 - already gone
             pass
         if worker.placement_group:
