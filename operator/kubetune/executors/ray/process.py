@@ -36,7 +36,6 @@ leaves no driver behind; trials are detached actors and outlive both.
 """
 from __future__ import annotations
 
-import glob
 import itertools
 import json
 import logging
@@ -45,7 +44,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -53,7 +51,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
 from kubetune.executors.base import ExecutorError, PlatformUnavailableError
-from kubetune.executors.ray import driver_wire
+from kubetune.executors.ray import driver_wire, workdirs
 from kubetune.executors.ray.driver_wire import CONNECTION_ERRORS, WireError
 from kubetune.executors.ray.errors import RayUnavailableError
 
@@ -71,7 +69,6 @@ CALLS = frozenset({"connect", "disconnect", "start", "poll", "stop", "pause", "l
 # Ray token and results-store URL, and whatever is named like a credential
 SECRET_ENVIRONMENT = frozenset({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "KUBETUNE_RESULTS_URL",
                                 "DATABASE_URL", "PGPASSWORD", "KUBECONFIG"})
-WORKDIR_PREFIX = "kubetune-ray-driver-"
 # Ray's "uv run" hook walks the process tree from /proc, which the sandbox hides; a
 # driver is never started by uv (the operator starts it)
 SANDBOXED_RAY = {"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
@@ -188,16 +185,6 @@ def scrubbed_environment(token: str = "", environ: Mapping[str, str] | None = No
 DRIVER_COMMAND = (sys.executable, "-P", "-m", "kubetune.executors.ray.driver_main")
 
 
-def new_workdir() -> str:
-    """A new work directory for a driver process, named after this operator's pid; those
-    of operators gone (killed before they could remove them) are removed first."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}*-*")):
-        pid = os.path.basename(path)[len(WORKDIR_PREFIX):].partition("-")[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(path, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-
-
 def child_environment(environment: Mapping[str, str], workdir: str) -> dict[str, str]:
     """A driver process's environment: ``environment`` (scrubbed), its work directory
     as its TMPDIR and HOME (the one place its sandbox lets it write)."""
@@ -212,7 +199,7 @@ class _Child:
         self.address = address
         # the one directory the child may write (its sandbox): its TMPDIR, HOME and working
         # directory (never on its sys.path: DRIVER_COMMAND)
-        self.workdir = new_workdir()
+        self.workdir = workdirs.new_workdir()
         ours, theirs = socket.socketpair()
         try:
             # the child's output is the operator's: its Ray warnings land in the operator log
