@@ -20,7 +20,7 @@ from kubetune.dashboard import dashboard_compat, detail as detail_module, storag
 from kubetune.dashboard.server import make_app
 from kubetune.dashboard.snapshot import Snapshots
 from kubetune.dashboard.storage import ReadOnlyStorageError, ResultsStoreStorage, study_id_of
-from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, open_store, schema
+from kubetune.results import Batch, ExperimentRow, ResultRow, TrialRow, curves as curve_rows, open_store, schema
 from kubetune.results.study_meta import study_json
 from kubetune.spec.model import Constraint
 from kube_fixtures import wait_for
@@ -120,16 +120,19 @@ def test_new_trials_and_results_appear_and_only_what_changed_is_read_again(writt
     study_id = storage.get_all_studies()[0]._study_id
     first = storage.get_all_trials(study_id, deepcopy=False)
     asked: list = []
-    original = storage.store.curves
-    monkeypatch.setattr(storage.store, "curves", lambda uid, metric, which=None: asked.append(which) or
-                        original(uid, metric, which))
+    original, compact = storage.store.curves, storage.store.compact_curves
+    monkeypatch.setattr(storage.store, "curves", lambda uid, metric, which=None: asked.append(("metric rows", which))
+                        or original(uid, metric, which))
+    monkeypatch.setattr(storage.store, "compact_curves", lambda uid, metric, which=None:
+                        asked.append(("compact", which)) or compact(uid, metric, which))
     storage.get_all_trials(study_id, deepcopy=False)
     assert asked == []                                           # nothing changed: no result read
     written.write(Batch(trials=[trial(3, "Succeeded"), trial(4, "Running")],
                       results=reports(3, [{"loss": 0.4, "size": 9, "memory": 0.5}], start=1)
                       + reports(4, [{"loss": 3.0, "size": 2, "memory": 0.1}])))
     trials = storage.get_all_trials(study_id, deepcopy=False)
-    assert asked == [["uid-3", "uid-4"]]                        # only the two trials that changed
+    # only the two trials that changed, from their compact rows (the writer's, results/curves.py)
+    assert asked == [("compact", ["uid-3", "uid-4"])]
     assert len(trials) == 5 and trials[0] is first[0]           # an unchanged trial is the same object
     assert trials[3].state == TrialState.COMPLETE and trials[3].values == [0.4, 9.0]
     assert trials[3].intermediate_values == {1: 0.5, 2: 0.4}
@@ -152,6 +155,60 @@ def test_a_recreated_experiment_is_a_second_study_and_the_newest_keeps_the_name(
     names = {s.study_name: s._study_id for s in storage.get_all_studies()}
     assert names == {"team-a/exp (uid exp-uid)": study_id_of("exp-uid"), "team-a/exp": study_id_of("exp-uid-2")}
     assert storage.study_id_for("team-a", "exp") == study_id_of("exp-uid-2")
+
+
+def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, store_url, monkeypatch):
+    """The study view reads a trial's curve from the one row the writer keeps with its
+    results (results/curves.py) when that row was made from every stored result; the
+    trials it cannot use (a seq delivered again, results before the trial row or the
+    table, more iterations than a row holds) are rebuilt by the writer or read from the
+    metric rows: either way the same trials as from the metric rows alone."""
+    monkeypatch.setattr(curve_rows, "MAX_POINTS", 4)
+    uid = "curve-uid"
+    rows = [TrialRow(f"c-{name}", uid, f"c-{name}", i, {"x": i}, "Running") for i, name in enumerate("abcdef")]
+
+    def result(name: str, seq: int, iteration: int, **metrics) -> ResultRow:
+        return ResultRow(f"c-{name}", seq, iteration, metrics, time=3000.0 + seq)
+
+    written.write(Batch(experiments=[ExperimentRow(uid, "team-a", "curves", "acc", "max", "Running", 300.0,
+                                                   study_json([("loss", "min")], [], {}))],
+                        trials=[r for r in rows if r.name != "c-c"],
+                        results=[result("a", 0, 1, loss=2.0), result("a", 1, 1, loss=1.0),    # first per iteration
+                                 result("a", 2, 2, loss=float("nan")), result("a", 3, 3, acc=1.0),
+                                 result("b", 0, 0, loss=5.0), result("b", 1, 1, loss=4.0),
+                                 result("c", 0, 0, loss=1.0),                               # no trial row yet
+                                 result("d", 0, 0, loss=3.0), result("e", 0, 0, loss=3.0)]
+                        + [result("f", seq, seq, loss=float(seq)) for seq in range(3)]))
+    with written.engine.begin() as connection:   # as an older kubetune left them: no row
+        connection.execute(schema.curves.delete().where(schema.curves.c.trial_uid.in_(["c-d", "c-e"])))
+    written.write(Batch(trials=[rows[2]],
+                        results=[result("a", 4, 4, loss=float("inf")), result("a", 5, 5, loss="text"),
+                                 result("a", 6, 6, loss=7),
+                                 result("b", 1, 9, loss=0.5), result("b", 2, 2, loss=0.25),   # seq 1 again
+                                 result("c", 1, 1, loss=0.5), result("d", 1, 1, loss=2.0),
+                                 result("f", 3, 3, loss=3.0), result("f", 4, 4, loss=4.0)]))  # past MAX_POINTS
+
+    store = open_store(store_url, read_only=True)
+    compact = store.compact_curves(uid, "loss")
+    assert sorted(compact) == ["c-a", "c-b", "c-c", "c-d"]      # e: none written since; f: given up (overflow)
+    assert compact["c-a"].steps == [1, 2, 4, 6] and compact["c-a"].results == 7   # 5 reported text: not a point
+    assert compact["c-b"].intermediate() == {0: 5.0, 9: 0.5, 2: 0.25}
+    with written.engine.connect() as connection:
+        given_up = connection.execute(schema.curves.select().where(schema.curves.c.trial_uid == "c-f")).one()
+    assert given_up.overflow == 1 and given_up.steps == b"" and given_up.step_values == b""
+
+    def seen(storage: ResultsStoreStorage) -> list:
+        return [(t.number, json.dumps(sorted(t.intermediate_values.items())), t.datetime_start, t.datetime_complete,
+                 t.state) for t in storage.get_all_trials(study_id_of(uid), deepcopy=False)]
+
+    ours = seen(ResultsStoreStorage(store))
+    metric_rows_only = ResultsStoreStorage(open_store(store_url, read_only=True))
+    monkeypatch.setattr(metric_rows_only.store, "compact_curves", lambda *args: {})
+    assert ours == seen(metric_rows_only)
+    assert ours[0][1] == json.dumps([[1, 2.0], [2, math.nan], [4, math.inf], [6, 7.0]])
+    assert ours[5][1] == json.dumps([[i, float(i)] for i in range(5)])   # every point, from the metric rows
+    store.close()
+    metric_rows_only.store.close()
 
 
 def test_a_database_written_before_the_study_column_is_read_and_migrated(store_url):

@@ -205,7 +205,7 @@ class ResultsStoreStorage(BaseStorage):
                    or r.uid in looked and stats.get(r.uid) != cache.stats.get(r.uid)]
         if changed:
             which = self._which(changed, rows)
-            curves = _curves(self.store.curves(uid, study.shape.objectives[0][0], which), set(changed))
+            curves = self._curves(uid, study.shape.objectives[0][0], changed, rows, stats)
             last = self.store.last_values(uid, study.shape.metrics, which)
             for trial_uid in changed:
                 curve = curves.get(trial_uid, Curve())
@@ -227,6 +227,26 @@ class ResultsStoreStorage(BaseStorage):
             frozen[row.uid] = kept
         cache.rows, cache.distributions = {r.uid: r for r in rows}, distributions
         cache.frozen, cache.trials = frozen, list(frozen.values())
+
+    def _curves(self, experiment_uid: str, metric: str, changed: list[str], rows: list[TrialRow],
+                stats: dict[str, tuple]) -> dict[str, Curve]:
+        """The curves of ``changed`` trials: from their compact rows (results/curves.py) when
+        a row was made from the results ``stats`` counted, else from the metric rows (a
+        database written before the rows, a row given up, a write since the count)."""
+        compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
+        curves: dict[str, Curve] = {}
+        unread = []
+        for trial_uid in changed:
+            counted, row = stats.get(trial_uid), compact.get(trial_uid)
+            if counted is None:
+                continue    # no result stored (stats are read for every changed trial)
+            if row is not None and (row.results, row.seq) == (counted[0], counted[2]):
+                curves[trial_uid] = Curve(row.intermediate(), started=row.started, ended=row.ended)
+            else:
+                unread.append(trial_uid)
+        if unread:
+            curves.update(_curves(self.store.curves(experiment_uid, metric, self._which(unread, rows)), set(unread)))
+        return curves
 
     @staticmethod
     def _which(uids: list[str], rows: list[TrialRow]) -> list[str] | None:

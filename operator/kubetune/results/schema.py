@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from sqlalchemy import (BigInteger, Column, Double as _Double, Index, Integer, MetaData, PrimaryKeyConstraint,
-                        String, Table, Text, TypeDecorator)
+from sqlalchemy import (BigInteger, Column, Double as _Double, Index, Integer, LargeBinary, MetaData,
+                        PrimaryKeyConstraint, String, Table, Text, TypeDecorator)
 
 
 class Double(TypeDecorator):
@@ -75,6 +75,22 @@ metrics = Table(
     Column("value", Double),
     Column("text", Text),
     PrimaryKeyConstraint("trial_uid", "seq", "name", name="kubetune_metrics_pk"),
+)
+
+# One row per trial: its objective's curve, kept by the writer with the results (curves.py:
+# what it holds and when readers use it).  A table of its own: create_all adds it to an
+# existing database, whose trials have no row and are read from ``metrics`` as before
+curves = Table(
+    "kubetune_curves", metadata,
+    Column("trial_uid", String(64), primary_key=True),
+    Column("metric", Text, nullable=False),
+    Column("results", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("started", Double),
+    Column("ended", Double),
+    Column("overflow", Integer, nullable=False, default=0),
+    Column("steps", LargeBinary, nullable=False),     # int64 little-endian, one per point
+    Column("step_values", LargeBinary, nullable=False),    # float64 little-endian (NaN and ±Infinity kept)
 )
 
 # One row per attempt of a trial (issue 27): a table of its own, so an existing database

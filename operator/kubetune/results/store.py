@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, String, create_engine, delete, event, func, inspect, select
 from sqlalchemy.engine import make_url
 
-from kubetune.results import migrate, schema, values
+from kubetune.results import curves as curve_rows, migrate, schema, values
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 
 URL_ENV = "KUBETUNE_RESULTS_URL"
@@ -159,6 +159,7 @@ class ResultsStore:
             self._upsert(connection, schema.metrics, ["trial_uid", "seq", "name"], [
                 dict(zip(("kind", "value", "text"), values.encode(value)), trial_uid=r.trial_uid, seq=r.seq, name=name)
                 for r in batch.results for name, value in r.metrics.items()])
+            curve_rows.update(connection, self._upsert, batch.results)
             self._upsert(connection, schema.failures, ["trial_uid", "attempt"], [
                 {"trial_uid": f.trial_uid, "attempt": f.attempt, "reason": f.reason, "message": f.message,
                  "time": f.time} for f in batch.failures])
@@ -206,7 +207,7 @@ class ResultsStore:
         for uid in experiment_uids:   # one transaction per Experiment: a big store is not locked for long
             with self.engine.begin() as connection:
                 trials = select(t.c.uid).where(t.c.experiment_uid == uid).scalar_subquery()
-                for table in (m, r, f, schema.usage):
+                for table in (m, r, f, schema.usage, schema.curves):
                     # a trial whose UID was not known yet is stored under "<experiment uid>/<name>"
                     owned = table.c.trial_uid.in_(trials) | table.c.trial_uid.startswith(f"{uid}/", autoescape=True)
                     count = connection.execute(delete(table).where(owned)).rowcount or 0
@@ -322,6 +323,21 @@ class ResultsStore:
                 rows.extend(_raw_rows(connection, query))
         # SQLite keeps a NaN as NULL (schema.Double)
         return [row if row[3] is not None else (*row[:3], math.nan) for row in rows]
+
+    def compact_curves(self, experiment_uid: str, metric: str,
+                       trial_uids: Sequence[str] | None = None) -> dict[str, curve_rows.CompactCurve]:
+        """Trial UID -> its compact row (results/curves.py) for ``metric``, rows given up
+        left out.  A caller uses a row only when its ``results`` and ``seq`` match
+        ``result_stats``; any other trial it reads through ``curves``."""
+        c = schema.curves
+        if self.read_only and not inspect(self.engine).has_table(c.name):
+            return {}    # a database from before the table, opened without creating it
+        found: dict[str, curve_rows.CompactCurve] = {}
+        with self.engine.connect() as connection:
+            for where in self._chunks(experiment_uid, c.c.trial_uid, trial_uids):
+                query = select(c).where(where, c.c.metric == metric, c.c.overflow == 0)
+                found.update((row[0], curve_rows.from_row(row)) for row in _raw_rows(connection, query))
+        return found
 
     def last_values(self, experiment_uid: str, metrics: Sequence[str],
                     trial_uids: Sequence[str] | None = None) -> dict[str, dict[str, float]]:

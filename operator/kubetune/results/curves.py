@@ -1,0 +1,182 @@
+"""One compact row per trial holding its objective's curve (``schema.curves``), kept by
+``ResultsStore.write`` in the same transaction as the results, so that a study view
+reads ~one row per trial instead of every metric row of every result (10,000 trials
+x 100 results: 10,000 rows, not a million joined to their results).
+
+A row is the curve as a study view shows it: for the Experiment's first objective,
+the first value reported at each iteration (Optuna keeps the first), in seq order,
+and the times of the first and last result reporting it.  It also records how many
+results of the trial it was made from and the highest seq, so a reader uses it only
+when it matches the results stored (``ResultsStore.result_stats``) and otherwise
+reads the metric rows as before: databases written before this table, trials whose
+row or Experiment was not stored yet, and rows given up (below) all still read right.
+
+Bounded whatever a trial reports: at most ``MAX_POINTS`` iterations (16 bytes each);
+a trial reporting more iterations keeps a row marked ``overflow`` with no points, and
+readers read its metric rows.  Appending costs reading and rewriting one row of at
+most that size per trial per batch; a result re-delivered with a seq already merged
+(the run that replaced a lost one reuses seqs) rebuilds the row from the tables."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from sqlalchemy import func, select
+
+from kubetune.results import schema, values
+from kubetune.results.rows import ResultRow
+
+MAX_POINTS = 1000       # iterations kept in one row; beyond: ``overflow`` (readers use the metric rows)
+CHUNK = 5000            # trial UIDs per IN list
+
+
+@dataclass
+class CompactCurve:
+    """A trial's row as plain values: ``steps`` and ``values`` in the order first seen."""
+    metric: str
+    results: int = 0                 # results of the trial merged (with the metric or not)
+    seq: int = -1                    # the highest seq merged
+    started: float | None = None     # time of the first result reporting the metric as a number
+    ended: float | None = None       # ... and of the last
+    steps: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    overflow: bool = False
+
+    def add(self, seq: int, iteration: int, at: float, value: float | None, seen: set[int]) -> None:
+        """Merge one result (``value`` None: it did not report the metric as a number)."""
+        self.results += 1
+        self.seq = max(self.seq, seq)
+        if value is None or self.overflow:
+            return
+        if self.started is None:
+            self.started = at
+        self.ended = at
+        if iteration in seen:
+            return
+        if len(self.steps) >= MAX_POINTS:
+            self.overflow, self.steps, self.values = True, [], []
+            return
+        seen.add(iteration)
+        self.steps.append(iteration)
+        self.values.append(value)
+
+    def intermediate(self) -> dict[int, float]:
+        return dict(zip(self.steps, self.values))
+
+
+def _pack(kind: str, items: Sequence) -> bytes:
+    packed = array(kind, items)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(kind: str, data: bytes | None) -> list:
+    packed = array(kind, bytes(data or b""))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+def to_row(trial_uid: str, curve: CompactCurve) -> dict:
+    return {"trial_uid": trial_uid, "metric": curve.metric, "results": curve.results, "seq": curve.seq,
+            "started": curve.started, "ended": curve.ended, "overflow": int(curve.overflow),
+            "steps": _pack("q", curve.steps), "step_values": _pack("d", curve.values)}
+
+
+def from_row(row) -> CompactCurve:
+    """A stored row (mapping or the columns of ``schema.curves`` in order) as a CompactCurve."""
+    _, metric, results, seq, started, ended, overflow, steps, numbers = row
+    return CompactCurve(metric, int(results), int(seq), started, ended, _unpack("q", steps), _unpack("d", numbers),
+                        bool(overflow))
+
+
+def number(value) -> float | None:
+    """The value as the curve query reads it (kinds f and i), else None."""
+    kind, as_float, _ = values.encode(value)
+    if kind not in ("f", "i"):
+        return None
+    return math.nan if as_float is None else as_float
+
+
+def _chunks(uids: Sequence[str]) -> Iterable[list[str]]:
+    for start in range(0, len(uids), CHUNK):
+        yield list(uids[start:start + CHUNK])
+
+
+def objective_of(metric: str, study: str) -> str:
+    """The first objective of an Experiment row (its study JSON, else its one metric),
+    as kubetune.dashboard.study.shape_of reads it."""
+    try:
+        data = json.loads(study) if study else {}
+        objectives = [o for o in data.get("objectives") or [] if isinstance(o, dict) and o.get("metric")]
+    except (ValueError, AttributeError):
+        objectives = []
+    return str(objectives[0]["metric"]) if objectives else (metric or "objective")
+
+
+def update(connection, upsert, results: Sequence[ResultRow]) -> None:
+    """Bring the rows of the trials in ``results`` up to date; called by ``ResultsStore.write``
+    after it stored them, in its transaction.  ``upsert(connection, table, keys, rows)``."""
+    if not results:
+        return
+    by_trial: dict[str, list[ResultRow]] = {}
+    for row in results:
+        by_trial.setdefault(row.trial_uid, []).append(row)
+    uids = list(by_trial)
+    t, e, c, r = schema.trials, schema.experiments, schema.curves, schema.results
+    objective: dict[str, str] = {}
+    kept: dict[str, CompactCurve] = {}
+    stats: dict[str, tuple[int, int]] = {}
+    for chunk in _chunks(uids):
+        query = select(t.c.uid, e.c.metric, e.c.study).join(e, e.c.uid == t.c.experiment_uid).where(t.c.uid.in_(chunk))
+        objective.update((uid, objective_of(metric, study)) for uid, metric, study in connection.execute(query))
+        kept.update((row[0], from_row(row)) for row in connection.execute(select(c).where(c.c.trial_uid.in_(chunk))))
+        query = select(r.c.trial_uid, func.count(), func.max(r.c.seq)).where(r.c.trial_uid.in_(chunk)) \
+            .group_by(r.c.trial_uid)
+        stats.update((uid, (int(n), int(high))) for uid, n, high in connection.execute(query))
+    rows, rebuild = [], []
+    for uid, rows_of_trial in by_trial.items():
+        metric = objective.get(uid)
+        if metric is None:      # its trial row is not stored yet: readers read its metric rows
+            continue
+        ordered = list({row.seq: row for row in rows_of_trial}.values())   # the last delivery of a seq wins
+        ordered.sort(key=lambda row: row.seq)
+        curve = kept.get(uid)
+        if curve is not None and curve.overflow and curve.metric == metric:
+            continue            # given up: nothing to keep up to date
+        if curve is None or curve.metric != metric:
+            curve = CompactCurve(metric)    # made from this batch alone, if it holds all the trial's results
+        elif ordered[0].seq <= curve.seq:
+            rebuild.append(uid)             # a seq delivered again: what it replaced is in the row
+            continue
+        seen = set(curve.steps)
+        for row in ordered:
+            curve.add(row.seq, row.iteration, row.time, number(row.metrics.get(metric)), seen)
+        if (curve.results, curve.seq) != stats.get(uid):
+            rebuild.append(uid)             # results stored before the row existed (an older kubetune)
+            continue
+        rows.append(to_row(uid, curve))
+    for uid in rebuild:
+        rows.append(to_row(uid, _from_tables(connection, uid, objective[uid])))
+    upsert(connection, c, ["trial_uid"], rows)
+
+
+def _from_tables(connection, trial_uid: str, metric: str) -> CompactCurve:
+    """A trial's row made from every stored result (the rows of this transaction included)."""
+    r, m = schema.results, schema.metrics
+    value = select(m.c.value).where(m.c.trial_uid == r.c.trial_uid, m.c.seq == r.c.seq, m.c.name == metric,
+                                    m.c.kind.in_(("f", "i"))).scalar_subquery()
+    has = select(func.count()).where(m.c.trial_uid == r.c.trial_uid, m.c.seq == r.c.seq, m.c.name == metric,
+                                     m.c.kind.in_(("f", "i"))).scalar_subquery()
+    query = select(r.c.seq, r.c.iteration, r.c.time, value, has).where(r.c.trial_uid == trial_uid).order_by(r.c.seq)
+    curve, seen = CompactCurve(metric), set()
+    for seq, iteration, at, number_, present in connection.execute(query):
+        curve.add(int(seq), int(iteration), float(at), (math.nan if number_ is None else number_) if present else None,
+                  seen)
+    return curve
+
