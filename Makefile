@@ -37,6 +37,7 @@ bench: $(STAMP) bench-quality
 	$(BIN)/python -m kubetune.bench
 	$(BIN)/python -m kubetune.bench.scale --out bench-results
 	$(BIN)/python -m kubetune.bench.scale.get_trials > bench-results/get_trials.json
+	$(BIN)/python -m kubetune.bench.scale.ledger > bench-results/ledger.json
 	$(BIN)/python -m kubetune.bench.dashboard --repeats 3 --out bench-results/dashboard.json
 
 # Search quality against Optuna, Syne Tune and random search on offline benchmarks (issue 28),

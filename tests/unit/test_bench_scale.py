@@ -1,5 +1,6 @@
 """The scale benchmark's pure parts: fair shares, starvation counts, the apiserver's
 metrics and the Experiment bodies (kubetune.bench.scale)."""
+import json
 import math
 
 import pytest
@@ -121,3 +122,12 @@ def test_the_get_trials_bench_builds_the_status_the_operator_writes_for_a_finish
     body = trial_body("ns", experiment, 7, 0.5)
     assert body["metadata"]["name"] == "big-7" and body["spec"]["index"] == 7
     assert body["metadata"]["ownerReferences"][0]["uid"] == "u"
+
+
+def test_the_ledger_bench_times_a_full_cluster_with_the_requests_it_says(capsys):
+    from kubetune.bench.scale import ledger as ledger_bench
+    assert ledger_bench.main(["--experiments", "20", "--namespaces", "4", "--big", "4", "--slots", "8",
+                              "--repeat", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["waiting"] == 20 * 2 + 4 - 8 and out["experiments"] == 21
+    assert out["rebuild_ms"] > 0 and out["turnover_ms"] > 0

@@ -58,3 +58,48 @@ def test_queued_trials_still_wait_in_line_and_start_in_order():
     assert ledger.try_acquire("d", cpu)       # backfill: asks for what nobody ahead is short of
     ledger.release("a")
     assert not ledger.try_acquire("c", gpu) and ledger.try_acquire("b", gpu)
+
+
+def _full_ledger(experiments: int, slots: int) -> tuple[ResourceLedger, list[Resources], list[str]]:
+    """Every slot held, two requests of each Experiment waiting, each Experiment woken by a counter."""
+    ledger, bundle = ResourceLedger(), [Resources(cpu=1.0 / slots)]
+    ledger.set_capacity(Resources(cpu=1.0))
+    woken: list[str] = []
+    owners = [f"ns{e % 4}/e{e}/t{t}" for t in range(3) for e in range(experiments)]
+    for owner in owners:
+        ledger.watch(owner.rsplit("/", 1)[0] + "/", lambda o=owner: woken.append(o.rsplit("/", 1)[0]))
+    for owner in owners[:slots]:
+        assert ledger.try_acquire(owner, bundle)
+    for owner in owners[slots:]:
+        ledger.set_waiting(owner, bundle)
+    return ledger, bundle, woken
+
+
+def test_a_full_cluster_turns_a_trial_over_with_one_rebuild_of_the_line():
+    """200 Experiments queueing on a full cluster (issue 26): a request that does not fit
+    fails without the line, and a grant that leaves nothing fitting wakes nobody, so a
+    trial's turnover (release, the first in line takes the slot, the others' cycles ask in
+    vain) rebuilds the line once, for the release's wake."""
+    ledger, bundle, woken = _full_ledger(200, slots=40)
+    ledger._current_line()
+    sorts = ledger.work["sorts"]
+    holder = next(iter(ledger._held))
+    ledger.release(holder)                       # frees a slot: the first in line is woken
+    first = ledger._current_line().queue[0][0]
+    assert woken[-1] == first.rsplit("/", 1)[0]
+    assert ledger.try_acquire(first, bundle)
+    for owner in list(ledger._waiting)[:50]:     # everybody else's cycle: nothing fits
+        assert not ledger.try_acquire(owner, bundle)
+    assert ledger.work["sorts"] - sorts == 1
+
+
+def test_a_grant_that_leaves_room_still_wakes_the_next_in_line():
+    ledger, bundle, woken = _full_ledger(10, slots=4)
+    released = [owner for owner in list(ledger._held)[:2]]
+    for owner in released:
+        ledger.release(owner)                    # two slots free
+    first = ledger._current_line().queue[0][0]
+    assert ledger.try_acquire(first, bundle)     # one left: the next in line is told at once
+    assert woken[-1] == ledger._current_line().queue[0][0].rsplit("/", 1)[0]
+    assert ledger.try_acquire(ledger._current_line().queue[0][0], bundle)
+    assert not ledger.try_acquire(ledger._current_line().queue[0][0], bundle)

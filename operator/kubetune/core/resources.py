@@ -195,6 +195,11 @@ class ResourceLedger:
         as the newest arrival at ``priority``. On success its waiting entry is cleared."""
         if owner in self._held:
             raise ValueError(f"{owner} already holds resources; release them first")
+        if self._known and first_fit(bundles, self._node_free) is None:
+            # it does not fit, whoever is ahead: no line needed (nearly every call on a full cluster)
+            if self._line is not None:
+                self._wake_first()
+            return False
         if not self._known or not (self.next_owner_allowed(owner, bundles, priority)
                                    or self._first_past_kept(owner, bundles, priority)):
             self._wake_first()     # joining the line may have put another first, which fits
@@ -203,7 +208,9 @@ class ResourceLedger:
             return False
         self._waiting.pop(owner, None)
         self._line = None
-        self._wake_first()
+        shapes = {entry.shape: entry.bundles for entry in self._waiting.values()}
+        if any(first_fit(bundles, self._node_free) is not None for bundles in shapes.values()):
+            self._wake_first()      # else nobody to wake: the line is rebuilt when next asked
         return True
 
     def adopt(self, owner: str, bundles: list[Resources]) -> None:
