@@ -17,6 +17,7 @@ from kubetune.core.types import ExperimentSummary
 from kubetune.executors.base import ClusterResources, NodeResources
 from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray.autoscaler import node_type_shapes
+from ray_fakes import FakeRayConnection
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = Resources(cpu=2, gpu=1)
@@ -115,7 +116,7 @@ def test_queued_condition_follows_the_queue():
 
 # ---------------------------------------------------------------- the autoscaler request
 
-class ScriptedExecutor:
+class ScriptedExecutor(FakeRayConnection):
     """Answers like RayExecutor from a script: the cluster's nodes, its node types, and
     a record of every request_resources call."""
 

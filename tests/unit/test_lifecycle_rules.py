@@ -21,6 +21,7 @@ from kubetune.core.simulate import Simulator
 from kubetune.core.types import CreateTrial, FinishExperiment
 from kubetune.trainable.host import TrialHost
 from unit_helpers import make_runner, make_spec, quadratic, records_of
+from ray_fakes import FakeRayConnection
 
 
 def test_merge_patch_nulls_what_the_new_status_no_longer_has():
@@ -82,7 +83,7 @@ def test_registry_connects_each_address_on_its_own():
         RayPlatforms("local", lambda address: object()).get("ray://head:10001")
 
 
-class FlakyRay:
+class FlakyRay(FakeRayConnection):
     """A Ray cluster that is unreachable for a while, then kills actors one call late."""
 
     def __init__(self, unreachable: int) -> None:
@@ -408,7 +409,7 @@ def test_results_lost_in_a_restart_are_fetched_again_after_a_failed_fetch():
     assert controller.results.recorded == [2, 3] and controller.pump.unstored == {}
 
 
-class Driver:
+class Driver(FakeRayConnection):
     """A separate address's executor as the registry sees it: connect, close."""
 
     def __init__(self, made: list) -> None:

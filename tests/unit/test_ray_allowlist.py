@@ -17,6 +17,7 @@ from kubetune.executors.ray.process import scrubbed_environment
 from kubetune.operator_main import add_arguments
 from kubetune.settings import SettingError, from_args
 from kubetune.spec import ray_allowlist
+from ray_fakes import FakeRayConnection
 
 OWN = "ray://kuberay-head.kubetune:10001"
 
@@ -73,7 +74,7 @@ def test_the_settings_name_the_flag_of_a_bad_value_and_default_to_namespace_serv
         settings("--max-ray-drivers", "0")
 
 
-class Driver:
+class Driver(FakeRayConnection):
     """A driver process's executor, as far as the platform calls it; counts connects."""
 
     def __init__(self, made: list, address: str, token_env: str = "") -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Protocol
 from kubetune.core.failures import FailureKind
 from kubetune.core.resources import ResourceLedger
 from kubetune.executors.base import (ExecutorError, LaunchInfo, LaunchRequest, PlatformUnavailableError,
-                                     TrialUpdate)
+                                     TrialExecutor, TrialUpdate)
 from kubetune.spec.model import ExperimentSpec
 
 
@@ -74,7 +74,7 @@ class ExecutorPlatform:
     """The part every platform shares: its ``TrialExecutor``'s blocking calls go to a
     thread, and errors the executor says mean "unreachable" are the platform's fault."""
 
-    executor: Any
+    executor: TrialExecutor | None    # None until connected (a platform may make it lazily)
     unavailable_condition = "RayUnavailable"    # the condition's historic name, kept for every platform
     lost_run_message = "trial's run is gone"
     idle_connection_ends = False

@@ -153,6 +153,10 @@ class RayExecutor:
             self._watch = None
             self._reset()
 
+    def close(self) -> None:
+        """As ``disconnect``: this process's driver is the connection."""
+        self.disconnect()
+
     def _ensure_connected(self) -> None:
         if not (self._connected and ray.is_initialized()):
             self._connected = False

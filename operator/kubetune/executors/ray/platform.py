@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
+from kubetune.executors.ray.connection import RayConnection
 from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray import sandbox
 from kubetune.executors.ray.outage import STUCK_CALL_CHECK_S, outage_bounded
@@ -59,7 +60,7 @@ class RayPlatform(ExecutorPlatform):
     lost_run_message = "trial's Ray actor is gone (worker or node died)"
     idle_connection_ends = True     # a driver process nobody needs is ended (retire)
 
-    def __init__(self, address: str, executor_factory: Callable[[str], Any],
+    def __init__(self, address: str, executor_factory: Callable[[str], RayConnection],
                  clock: Callable[[], float] = time.time, weights: Mapping[str, float] | None = None, *,
                  admit: Callable[[], str] | None = None, threads: int = 0) -> None:
         self.address = address
@@ -71,7 +72,7 @@ class RayPlatform(ExecutorPlatform):
         self.ledger.set_weights(dict(weights or {}))    # namespace -> weight (core/fair_share.py)
         self._executor_factory = executor_factory
         self._clock = clock
-        self.executor: Any = None
+        self.executor: RayConnection | None = None
         self._lock = asyncio.Lock()
         self._capacity_at = float("-inf")
         self._next_attempt = 0.0
@@ -139,8 +140,8 @@ class RayPlatform(ExecutorPlatform):
             self._threads = None
 
     def _gcs_endpoint(self) -> tuple[str, int] | None:
-        endpoint = getattr(self.executor, "gcs_endpoint", None)    # a driver process times its own calls out
-        return endpoint() if endpoint is not None else None
+        executor = self.executor
+        return executor.gcs_endpoint() if executor is not None else None
 
     def mark_unavailable(self, error: BaseException | str) -> None:
         """A call failed because the cluster went away: reconnect before the next call."""
@@ -174,7 +175,7 @@ class RayPlatform(ExecutorPlatform):
             self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
             self._requested, self._capacity_at = None, float("-inf")
             self.retired = True
-            await self.in_thread(getattr(executor, "close", None) or executor.disconnect)
+            await self.in_thread(executor.close)
             if self._threads is not None:     # its threads go with it, until the next use
                 self._threads.shutdown(wait=False)
                 self._threads = None
@@ -213,7 +214,7 @@ class RayPlatform(ExecutorPlatform):
             return
         capacity = await self.in_thread(self.executor.cluster_resources)
         # a Ray call (the first one reads the autoscaler's config on the head): in a thread
-        node_types = await self.in_thread(getattr(self.executor, "node_types", lambda: None))
+        node_types = await self.in_thread(self.executor.node_types)
         self.ledger.set_capacity(Resources.from_ray(capacity.total),
                                  [Resources.from_ray(node.total) for node in capacity.nodes] or None,
                                  node_types)
@@ -270,8 +271,8 @@ class RayPlatforms:
     addresses an Experiment may name (None: any, as in ``kubetune run``); ``max_drivers``:
     driver processes at once (0: no limit)."""
 
-    def __init__(self, default_address: str, executor_factory: Callable[[str], Any], *, allow_local: bool = True,
-                 separate_factory: Callable[[str, str], Any] | None = None,
+    def __init__(self, default_address: str, executor_factory: Callable[[str], RayConnection], *,
+                 allow_local: bool = True, separate_factory: Callable[[str, str], RayConnection] | None = None,
                  idle_s: float = DRIVER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic,
                  weights: Mapping[str, float] | None = None,
                  allowed: tuple[ray_allowlist.Entry, ...] | None = None, max_drivers: int = 0,

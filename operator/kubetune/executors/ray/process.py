@@ -107,6 +107,11 @@ class DriverProcess:
         if child is not None:
             child.close()
 
+    def gcs_endpoint(self) -> tuple[str, int] | None:
+        """None: no GCS port for the platform to probe (outage.py) from here; the child
+        watches its own cluster, and every call to it is bounded (``CALL_TIMEOUT_S``)."""
+        return None
+
     @property
     def pid(self) -> int | None:
         child = self._child
