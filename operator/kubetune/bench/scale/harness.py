@@ -72,6 +72,7 @@ class ScaleRun:
         # apply once it runs: apply -> first Trial is the operator's work for a new
         # Experiment, not its own start (which restart -> progress measures)
         self.log(f"operator up in {operator.wait_healthy():.1f} s")
+        idle_rss = _tree_rss_mib(operator.process.pid)     # what the operator holds with nothing to do
         observer = Observer(bench._api, log=self.log).start()
         before = apimetrics.parse(bench.metrics_text())
         out: dict[str, Any] = {}
@@ -83,7 +84,7 @@ class ScaleRun:
             restart = self._wait(observer, operator, watches, began)
             ended = time.time()
             after = self._settled(bench)
-            out["operator"] = self._operator_figures(watches)
+            out["operator"] = self._operator_figures(watches, idle_rss)
         finally:
             observer.stop()
             operator.stop()
@@ -173,12 +174,17 @@ class ScaleRun:
 
     # ------------------------------------------------------------ figures
 
-    def _operator_figures(self, watches: list[ProcessWatch]) -> dict[str, Any]:
-        from kubetune.bench.scale.procstat import descendants, rss_bytes
-        end_rss = rss_bytes(descendants(watches[-1].pid)) / 2 ** 20
+    def _operator_figures(self, watches: list[ProcessWatch], idle_rss: float) -> dict[str, Any]:
+        end_rss = _tree_rss_mib(watches[-1].pid)
         each = [w.stop() for w in watches]
+        # Everything is finished at the end: what the operator holds beyond its start is what
+        # finished Experiments and Trials cost it, plus its Ray connection and the modules it
+        # loaded meanwhile (~90 MiB at 5 Experiments): upper bounds, each charged to one kind
+        grown_kib = max(end_rss - idle_rss, 0.0) * 1024
         return {"peak_rss_mib": max(f["peak_rss_mib"] for f in each), "cpu_s": sum(f["cpu_s"] for f in each),
-                "rss_at_end_mib": end_rss, "processes": each}
+                "rss_at_end_mib": end_rss, "rss_idle_mib": idle_rss,
+                "finished_kib_per_experiment": grown_kib / max(len(self.planned), 1),
+                "finished_kib_per_trial": grown_kib / max(self.total_trials, 1), "processes": each}
 
     def _timeline(self, observer: Observer, began: float, ended: float,
                   restart: dict[str, Any] | None) -> dict[str, Any]:
@@ -236,3 +242,6 @@ def _file_size(path: Path) -> int | None:
         return None
 
 
+def _tree_rss_mib(pid: int) -> float:
+    from kubetune.bench.scale.procstat import descendants, rss_bytes
+    return rss_bytes(descendants(pid)) / 2 ** 20
