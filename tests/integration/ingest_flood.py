@@ -68,7 +68,7 @@ async def _flood(port: int, namespace: str, victim: str, concurrency: int, count
         try:
             if await _post(port, namespace, victim if n % 2 else f"bogus-{n}", f"guess-{n}", f"127.0.0.{2 + n % 8}"):
                 answered += 1
-                if answered % 50 == 0:
+                if answered % 10 == 0:
                     # written whole, then renamed: a reader never sees the file empty mid-write
                     # (write_text truncates first: a read then counted 0 and failed the test)
                     partial = Path(f"{count_file}.partial")
