@@ -388,6 +388,9 @@ def run_experiment_through(operator: ChartOperator, admin_client, sa_client, nam
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["trialCounts"]["succeeded"] == 3
     assert [t["status"]["phase"] for t in trials(admin, namespace, "rbac")] == ["Succeeded"] * 3
+    # stripping a finished Trial's managedFields is within the chart's permissions (trials: patch)
+    wait_for(lambda: not any(t["metadata"].get("managedFields") for t in trials(admin, namespace, "rbac")),
+             timeout=30, message="the finished Trials' managedFields stripped")
 
     # Events on the Experiment: launches, queueing, completion
     core = client.CoreV1Api(admin_client)

@@ -65,7 +65,7 @@ ownerReference has blockOwnerDeletion.
   verbs: [update]
 - apiGroups: [kubetune.dev]
   resources: [trials]
-  verbs: [get, list, create, delete]
+  verbs: [get, list, create, delete, patch]   # patch: a finished Trial's managedFields stripped
 - apiGroups: [kubetune.dev]
   resources: [trials/status]
   verbs: [patch]

@@ -212,7 +212,8 @@ class ExperimentController:
             return self.intake.finished_at_start and self.runs.orphans_checked
         return (ctx.runner.finished is not None and not ctx.runner.active_trials() and self.runs.orphans_checked
                 and not self.pump.unstored and not self.runs.to_end and not self.effects
-                and not self.checkpoints.to_delete and not ctx.touched and not self.status.trial_writes.pending)
+                and not self.checkpoints.to_delete and not ctx.touched and not self.status.trial_writes.pending
+                and not self.status.fields_strip)
 
     def needs_connection(self) -> str | None:
         """The platform address whose connection this controller needs now, or None: its

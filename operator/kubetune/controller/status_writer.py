@@ -2,9 +2,11 @@
 and writes what changed, coalesced (controller/coalesce.py): a phase change at once,
 metrics at most every TRIAL_METRICS_WRITE_INTERVAL per Trial, the summary at most
 every EXPERIMENT_WRITE_INTERVAL.  A write the API refuses is retried with backoff and
-surfaced (write_failures.py), never raised: the other objects are written meanwhile."""
+surfaced (write_failures.py), never raised: the other objects are written meanwhile.
+A Trial whose terminal status is written then loses its managedFields (managed_fields.py)."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Mapping
 
 from kubetune import metrics
@@ -13,6 +15,7 @@ from kubetune.controller.plan_status import PlanStatus
 from kubetune.controller.usage_metrics import UsageCounters
 from kubetune.controller.coalesce import WriteCoalescer
 from kubetune.controller.context import ExperimentContext, log
+from kubetune.controller.managed_fields import ManagedFieldsStrip
 from kubetune.controller.merge_patch import merge_patch
 from kubetune.controller.outcomes_status import warm_start_condition
 from kubetune.controller.platform_queue import PlatformQueue
@@ -47,6 +50,7 @@ class StatusWriter:
         self._dashboard = dashboard              # status.dashboard, when the chart serves one
         self._plan = PlanStatus(ctx.name)        # status.plan while suspended (plan_status.py)
         self._usage_counters = UsageCounters(ctx.namespace, ctx.name)   # kubetune_gpu_seconds_total, ...
+        self.fields_strip = ManagedFieldsStrip()  # finished Trials' managedFields (managed_fields.py)
 
     async def flush(self, *, force: bool = False) -> None:
         """Write what changed: phases at once, metrics and the summary coalesced."""
@@ -77,8 +81,27 @@ class StatusWriter:
             patch = merge_patch(self.trial_writes.last_written(name), status)
             if await self.write(f"Trial {name}", ctx.store.patch_trial_status(name, patch)):
                 self.trial_writes.written(name, status, now)
+                self.fields_strip.finished(name, status)
                 self.trial_written(name)
+        if self.fields_strip:
+            await self._strip_finished(now)
         await self._flush_experiment(now, force=force)
+
+    async def _strip_finished(self, now: float) -> None:
+        """The managedFields of the Trials whose terminal status is written, a few at a
+        time, at once; a refusal is logged and retried later, never surfaced on the status."""
+        ctx = self.ctx
+
+        async def strip(name: str) -> None:
+            try:
+                await ctx.store.strip_managed_fields(name)
+            except WriteRefused as error:      # the trial's status is written already: only logged
+                gave_up = self.fields_strip.failed(name, now)
+                log.info("%s/%s: Trial %s: managedFields not stripped%s: %s", ctx.namespace, ctx.name, name,
+                         " (given up)" if gave_up else "; tried again later", error)
+            else:
+                self.fields_strip.stripped(name)
+        await asyncio.gather(*(strip(name) for name in self.fields_strip.due(now)))
 
     async def write(self, key: str, write: Any) -> bool:
         """Await one write; a refusal is recorded for backoff and surfaced, never raised."""
@@ -202,6 +225,7 @@ class StatusWriter:
         patch = merge_patch(self.trial_writes.last_written(name), status)
         if await self.write(f"Trial {name}", ctx.store.patch_trial_status(name, patch)):
             self.trial_writes.written(name, status, ctx.clock())
+            self.fields_strip.finished(name, status)
             self.trial_written(name)
         else:   # the effect goes ahead (a stop frees its slot); the status is retried
             self.trial_writes.want(name, status)
@@ -225,6 +249,7 @@ class StatusWriter:
         of unknown age)."""
         for trial in trials:
             self.trial_writes.seed(trial["metadata"]["name"], trial.get("status") or {}, float("-inf"))
+        self.fields_strip.restored(trials)
         self.written = dict(status)
 
     async def fail_invalid_spec(self, message: str, generation: int | None, *,

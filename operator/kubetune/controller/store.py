@@ -28,6 +28,10 @@ class Store(Protocol):
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
         """Write the Experiment's status; raises ``k8s.errors.WriteRefused``."""
 
+    async def strip_managed_fields(self, trial: str) -> None:
+        """Drop a finished Trial's ``metadata.managedFields`` (controller/managed_fields.py);
+        raises ``k8s.errors.WriteRefused``."""
+
     async def event(self, kind: str, reason: str, message: str) -> None:
         """Record something a human should see (Kubernetes Event; a log line locally)."""
 
@@ -66,6 +70,9 @@ class MemoryStore:
     async def patch_experiment_status(self, status: Mapping[str, Any]) -> None:
         self.writes += 1
         apply_merge_patch(self.experiment_status, status)
+
+    async def strip_managed_fields(self, trial: str) -> None:
+        pass     # no API server: nothing records which manager wrote which field
 
     async def event(self, kind: str, reason: str, message: str) -> None:
         if self._on_event is not None:

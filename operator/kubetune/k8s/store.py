@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 30
 LIST_PAGE = 500          # Trials per page of a LIST
 LIST_TIMEOUT_S = 60      # one page (of full Trials, with their status)
+# the merge patch (of the main resource) that clears an object's managedFields: an
+# empty list would be ignored, a list of one empty entry clears them (the API's documented way)
+STRIP_MANAGED_FIELDS: Mapping[str, Any] = {"metadata": {"managedFields": [{}]}}
 
 
 # API requests have threads of their own: in the event loop's default pool (6 threads on
@@ -203,6 +206,19 @@ class KubeStore:
         except ApiException as error:
             # 404: deleted.  Anything else (a 422 is a status the schema refuses) is surfaced.
             if error.status != 404:
+                raise refused(error) from error
+
+    async def strip_managed_fields(self, trial: str) -> None:
+        """A finished Trial's ``metadata.managedFields`` stripped (controller/managed_fields.py):
+        a merge PATCH of the main resource, as the status subresource ignores metadata.
+        Once stripped, a strip again changes nothing (no new resourceVersion)."""
+        body = STRIP_MANAGED_FIELDS
+        self._count("trials", "patch", body)
+        try:
+            await self._call(self._api.patch_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                             TRIALS, trial, body)
+        except ApiException as error:
+            if error.status != 404:   # deleted under us: nothing to strip
                 raise refused(error) from error
 
     async def event(self, kind: str, reason: str, message: str) -> None:
