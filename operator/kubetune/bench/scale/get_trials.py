@@ -5,7 +5,10 @@ Lighter than the whole scale bench: only the control plane (``devcluster.Control
 with the chart's CRDs), no operator and no Ray.  One Experiment of the ``big`` shape and
 ``--trials`` Trials in its namespace, each with the status the operator writes for a
 finished trial of ``--results`` results (finished_trial.py: the operator's own runner and
-rendering).  Then, each the median of ``--repeat`` runs:
+rendering), then stripped of its ``managedFields`` as the operator strips a finished
+Trial's (the same PATCH, k8s/store.STRIP_MANAGED_FIELDS; controller/managed_fields.py).
+The peer, in the same run: the same Trials before the strip, as they were until the
+operator stripped them (``with_managed_fields``).  Each, the median of ``--repeat`` runs:
 
 - ``kubectl get trials -n NS`` (kubectl's default: pages of 500, the server renders each
   page as a Table from the CRD's additionalPrinterColumns);
@@ -15,8 +18,9 @@ rendering).  Then, each the median of ``--repeat`` runs:
   (``includeObject=None``) and as JSON, read whole: where the server's time goes, apart
   from kubectl's own.
 
-Prints one JSON object: the figures, the Trial's size in bytes (compact JSON as the
-server returns it), the load average at the start and the end and the commit."""
+Prints one JSON object: the figures (of the stripped Trials; the peer's under
+``with_managed_fields``), the Trial's size in bytes (compact JSON as the server returns
+it), the load average at the start and the end and the commit."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +37,7 @@ from kubetune.bench.kube import KubeBench
 from kubetune.bench.scale import shapes
 from kubetune.bench.scale.finished_trial import finished_status, trial_body
 from kubetune.k8s.client import GROUP, VERSION
+from kubetune.k8s.store import STRIP_MANAGED_FIELDS
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 PAGE = 500    # kubectl's default --chunk-size
@@ -59,6 +64,18 @@ def populate(bench: KubeBench, namespace: str, trials: int, results: int, thread
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(trials)))
     return experiment
+
+
+def strip_all(bench: KubeBench, namespace: str, experiment: dict[str, Any], trials: int, threads: int = 8) -> None:
+    """What the operator does once each Trial's terminal status is written."""
+    custom = bench._custom()
+
+    def one(index: int) -> None:
+        name = trial_body(namespace, experiment, index, 0.0)["metadata"]["name"]
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trials", name, STRIP_MANAGED_FIELDS)
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(trials)))
 
 
 def _median_of(repeat: int, run: Callable[[], Any]) -> tuple[float, Any]:
@@ -118,9 +135,17 @@ def main(argv: list[str] | None = None) -> int:
                                "loadavg_start": bench_report.loadavg_text()}
     with KubeBench(log=lambda m: print(m, file=sys.stderr, flush=True)) as bench:
         began = time.monotonic()
-        populate(bench, "get-trials", args.trials, args.results)
+        experiment = populate(bench, "get-trials", args.trials, args.results)
         figures["populate_s"] = round(time.monotonic() - began, 1)
-        figures.update(trials=args.trials, results=args.results, **measure(bench, "get-trials", args.repeat))
+        figures.update(trials=args.trials, results=args.results)
+        bench.kubectl_get_trials("default")    # kubectl's first call reads the API's discovery: not measured
+        peer = measure(bench, "get-trials", args.repeat)
+        began = time.monotonic()
+        strip_all(bench, "get-trials", experiment, args.trials)
+        figures["strip_s"] = round(time.monotonic() - began, 1)
+        figures.update(measure(bench, "get-trials", args.repeat))
+        figures["with_managed_fields"] = peer
+        figures["kubectl_get_ratio"] = round(figures["kubectl_get_s"] / peer["kubectl_get_s"], 3)
     figures["loadavg_end"] = bench_report.loadavg_text()
     print(json.dumps(figures))
     return 0
