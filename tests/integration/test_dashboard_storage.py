@@ -162,16 +162,18 @@ def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, stor
     results (results/curves.py) when that row was made from every stored result; the
     trials it cannot use (a seq delivered again, results before the trial row or the
     table, more iterations than a row holds) are rebuilt by the writer or read from the
-    metric rows: either way the same trials as from the metric rows alone."""
+    metric rows: either way the same trials (curves, last values) as from the metric rows alone."""
     monkeypatch.setattr(curve_rows, "MAX_POINTS", 4)
     uid = "curve-uid"
-    rows = [TrialRow(f"c-{name}", uid, f"c-{name}", i, {"x": i}, "Running") for i, name in enumerate("abcdef")]
+    rows = [TrialRow(f"c-{name}", uid, f"c-{name}", i, {"x": i}, ("Succeeded", "Running")[i % 2])
+            for i, name in enumerate("abcdef")]
 
     def result(name: str, seq: int, iteration: int, **metrics) -> ResultRow:
         return ResultRow(f"c-{name}", seq, iteration, metrics, time=3000.0 + seq)
 
     written.write(Batch(experiments=[ExperimentRow(uid, "team-a", "curves", "acc", "max", "Running", 300.0,
-                                                   study_json([("loss", "min")], [], {}))],
+                                                   study_json([("loss", "min")], [Constraint("memory", max=2.0)],
+                                                              {}))],
                         trials=[r for r in rows if r.name != "c-c"],
                         results=[result("a", 0, 1, loss=2.0), result("a", 1, 1, loss=1.0),    # first per iteration
                                  result("a", 2, 2, loss=float("nan")), result("a", 3, 3, acc=1.0),
@@ -183,9 +185,9 @@ def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, stor
         connection.execute(schema.curves.delete().where(schema.curves.c.trial_uid.in_(["c-d", "c-e"])))
     written.write(Batch(trials=[rows[2]],
                         results=[result("a", 4, 4, loss=float("inf")), result("a", 5, 5, loss="text"),
-                                 result("a", 6, 6, loss=7),
+                                 result("a", 6, 6, loss=7, memory=3.0),
                                  result("b", 1, 9, loss=0.5), result("b", 2, 2, loss=0.25),   # seq 1 again
-                                 result("c", 1, 1, loss=0.5), result("d", 1, 1, loss=2.0),
+                                 result("c", 1, 1, loss=0.5, memory=1), result("d", 1, 1, loss=2.0),
                                  result("f", 3, 3, loss=3.0), result("f", 4, 4, loss=4.0)]))  # past MAX_POINTS
 
     store = open_store(store_url, read_only=True)
@@ -193,18 +195,20 @@ def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, stor
     assert sorted(compact) == ["c-a", "c-b", "c-c", "c-d"]      # e: none written since; f: given up (overflow)
     assert compact["c-a"].steps == [1, 2, 4, 6] and compact["c-a"].results == 7   # 5 reported text: not a point
     assert compact["c-b"].intermediate() == {0: 5.0, 9: 0.5, 2: 0.25}
+    assert compact["c-a"].last == {"loss": 7.0, "memory": 3.0} and compact["c-c"].last == {"loss": 0.5, "memory": 1.0}
     with written.engine.connect() as connection:
         given_up = connection.execute(schema.curves.select().where(schema.curves.c.trial_uid == "c-f")).one()
     assert given_up.overflow == 1 and given_up.steps == b"" and given_up.step_values == b""
 
     def seen(storage: ResultsStoreStorage) -> list:
         return [(t.number, json.dumps(sorted(t.intermediate_values.items())), t.datetime_start, t.datetime_complete,
-                 t.state) for t in storage.get_all_trials(study_id_of(uid), deepcopy=False)]
+                 t.state, t.values, t.system_attrs) for t in storage.get_all_trials(study_id_of(uid), deepcopy=False)]
 
     ours = seen(ResultsStoreStorage(store))
     metric_rows_only = ResultsStoreStorage(open_store(store_url, read_only=True))
     monkeypatch.setattr(metric_rows_only.store, "compact_curves", lambda *args: {})
     assert ours == seen(metric_rows_only)
+    assert ours[0][5:] == ([7.0], {"constraints": [1.0]}) and ours[2][5:] == ([0.5], {"constraints": [-1.0]})
     assert ours[0][1] == json.dumps([[1, 2.0], [2, math.nan], [4, math.inf], [6, 7.0]])
     assert ours[5][1] == json.dumps([[i, float(i)] for i in range(5)])   # every point, from the metric rows
     store.close()
@@ -275,7 +279,8 @@ def test_the_study_detail_api_answers_what_optuna_dashboards_own_view_does(writt
     monkeypatch.setattr(storage_module, "TRIALS_TTL_SECONDS", 0.0)
     monkeypatch.setattr(detail_module, "STALE_LIMIT_SECONDS", 0.0)   # every request reads the store again
     written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
-                                                   study_json([("loss", "min")], [], {}))],
+                                                   study_json([("loss", "min")], [Constraint("memory", max=2.0)],
+                                                              {}))],
                         trials=[TrialRow(f"s-{i}", "single-uid", f"single-{i}", i, {"x": i}, "Succeeded")
                                 for i in range(3)],
                         results=[ResultRow(f"s-{i}", 0, 1, {"loss": 3.0 - i}, time=2000.0 + i) for i in range(3)]))
@@ -423,7 +428,8 @@ def test_a_cache_dir_that_cannot_be_written_costs_only_the_kept_pages(written, s
     """Keeping a page fails (here the directory is a file): logged, and every study's page
     is still made and kept in memory."""
     written.write(Batch(experiments=[ExperimentRow("single-uid", "team-a", "single", "loss", "min", "Running", 200.0,
-                                                   study_json([("loss", "min")], [], {}))],
+                                                   study_json([("loss", "min")], [Constraint("memory", max=2.0)],
+                                                              {}))],
                         trials=[TrialRow("s-0", "single-uid", "single-0", 0, {"x": 1}, "Succeeded")],
                         results=[ResultRow("s-0", 0, 1, {"loss": 3.0}, time=2000.0)]))
     blocked = tmp_path / "not-a-directory"
@@ -454,12 +460,12 @@ def test_the_kept_pages_key_is_the_state_its_trials_were_made_from(written, stor
 
     def store_away(*args, **kwargs):
         raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("the store went away"))
-    curves = storage.store.curves
-    monkeypatch.setattr(storage.store, "curves", store_away)
+    compact = storage.store.compact_curves   # the results' read (results/curves.py rows)
+    monkeypatch.setattr(storage.store, "compact_curves", store_away)
     with pytest.raises(sqlalchemy.exc.OperationalError):
         storage.get_all_trials(multi, deepcopy=False)
     assert storage.kept_key(multi, trials) == before != storage.state_key(multi)
-    monkeypatch.setattr(storage.store, "curves", curves)   # back: the refresh goes through
+    monkeypatch.setattr(storage.store, "compact_curves", compact)   # back: the refresh goes through
     now = storage.get_all_trials(multi, deepcopy=False)
     assert storage.kept_key(multi, trials) is None        # not the storage's trials any more
     assert storage.kept_key(multi, now) == storage.state_key(multi) != before

@@ -205,11 +205,12 @@ class ResultsStoreStorage(BaseStorage):
                    or r.uid in looked and stats.get(r.uid) != cache.stats.get(r.uid)]
         if changed:
             which = self._which(changed, rows)
-            curves = self._curves(uid, study.shape.objectives[0][0], changed, rows, stats)
-            last = self.store.last_values(uid, study.shape.metrics, which)
+            curves, unread = self._curves(uid, study.shape, changed, rows, stats)
+            last = self.store.last_values(uid, study.shape.metrics, self._which(unread, rows)) if unread else {}
             for trial_uid in changed:
                 curve = curves.get(trial_uid, Curve())
-                curve.last = last.get(trial_uid, {})
+                if trial_uid in unread:
+                    curve.last = last.get(trial_uid, {})
                 cache.curves[trial_uid] = curve
         # the counts are kept only once the results are read: after a failed read, the next
         # look finds the same trials changed and reads them again
@@ -228,25 +229,31 @@ class ResultsStoreStorage(BaseStorage):
         cache.rows, cache.distributions = {r.uid: r for r in rows}, distributions
         cache.frozen, cache.trials = frozen, list(frozen.values())
 
-    def _curves(self, experiment_uid: str, metric: str, changed: list[str], rows: list[TrialRow],
-                stats: dict[str, tuple]) -> dict[str, Curve]:
-        """The curves of ``changed`` trials: from their compact rows (results/curves.py) when
-        a row was made from the results ``stats`` counted, else from the metric rows (a
-        database written before the rows, a row given up, a write since the count)."""
+    def _curves(self, experiment_uid: str, shape: StudyShape, changed: list[str], rows: list[TrialRow],
+                stats: dict[str, tuple]) -> tuple[dict[str, Curve], list[str]]:
+        """The curves of ``changed`` trials, and those whose last values are still to read.
+        From their compact rows (results/curves.py) when a row was made from the results
+        ``stats`` counted, else from the metric rows (a database written before the rows,
+        a row given up, a write since the count)."""
+        metric, wanted = shape.objectives[0][0], set(shape.metrics)
         compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
         curves: dict[str, Curve] = {}
-        unread = []
+        unread, no_last = [], []
         for trial_uid in changed:
             counted, row = stats.get(trial_uid), compact.get(trial_uid)
             if counted is None:
                 continue    # no result stored (stats are read for every changed trial)
-            if row is not None and (row.results, row.seq) == (counted[0], counted[2]):
-                curves[trial_uid] = Curve(row.intermediate(), started=row.started, ended=row.ended)
-            else:
+            if row is None or (row.results, row.seq) != (counted[0], counted[2]):
                 unread.append(trial_uid)
+                continue
+            curves[trial_uid] = Curve(row.intermediate(), started=row.started, ended=row.ended)
+            if wanted <= set(row.metrics):
+                curves[trial_uid].last = {name: row.last[name] for name in shape.metrics if name in row.last}
+            else:
+                no_last.append(trial_uid)
         if unread:
             curves.update(_curves(self.store.curves(experiment_uid, metric, self._which(unread, rows)), set(unread)))
-        return curves
+        return curves, unread + no_last
 
     @staticmethod
     def _which(uids: list[str], rows: list[TrialRow]) -> list[str] | None:

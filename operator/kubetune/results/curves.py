@@ -5,7 +5,9 @@ x 100 results: 10,000 rows, not a million joined to their results).
 
 A row is the curve as a study view shows it: for the Experiment's first objective,
 the first value reported at each iteration (Optuna keeps the first), in seq order,
-and the times of the first and last result reporting it.  It also records how many
+and the times of the first and last result reporting it; and the numbers its last
+result reported for each of the study's metrics (objectives and constraints: what a
+view tells Optuna the trial's values are).  It also records how many
 results of the trial it was made from and the highest seq, so a reader uses it only
 when it matches the results stored (``ResultsStore.result_stats``) and otherwise
 reads the metric rows as before: databases written before this table, trials whose
@@ -31,6 +33,7 @@ from kubetune.results import schema, values
 from kubetune.results.rows import ResultRow
 
 MAX_POINTS = 1000       # iterations kept in one row; beyond: ``overflow`` (readers use the metric rows)
+MAX_METRICS = 32        # study metrics whose last values a row keeps (a study with more: readers read them)
 CHUNK = 5000            # trial UIDs per IN list
 
 
@@ -45,11 +48,15 @@ class CompactCurve:
     steps: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     overflow: bool = False
+    metrics: tuple[str, ...] = ()    # the study's metrics (``metric`` first) whose last values ``last`` holds
+    last: dict[str, float] = field(default_factory=dict)   # ... those the last result reported as numbers
 
-    def add(self, seq: int, iteration: int, at: float, value: float | None, seen: set[int]) -> None:
-        """Merge one result (``value`` None: it did not report the metric as a number)."""
+    def add(self, seq: int, iteration: int, at: float, numbers: dict[str, float], seen: set[int]) -> None:
+        """Merge one result, in seq order (``numbers``: what it reported as numbers among ``metrics``)."""
         self.results += 1
         self.seq = max(self.seq, seq)
+        self.last = numbers
+        value = numbers.get(self.metric)
         if value is None or self.overflow:
             return
         if self.started is None:
@@ -85,14 +92,26 @@ def _unpack(kind: str, data: bytes | None) -> list:
 def to_row(trial_uid: str, curve: CompactCurve) -> dict:
     return {"trial_uid": trial_uid, "metric": curve.metric, "results": curve.results, "seq": curve.seq,
             "started": curve.started, "ended": curve.ended, "overflow": int(curve.overflow),
-            "steps": _pack("q", curve.steps), "step_values": _pack("d", curve.values)}
+            "steps": _pack("q", curve.steps), "step_values": _pack("d", curve.values),
+            "last": json.dumps({"metrics": curve.metrics, "values": curve.last})}   # NaN, Infinity: Python's JSON
 
 
 def from_row(row) -> CompactCurve:
-    """A stored row (mapping or the columns of ``schema.curves`` in order) as a CompactCurve."""
-    _, metric, results, seq, started, ended, overflow, steps, numbers = row
+    """A stored row (the columns of ``schema.curves`` in order; ``last`` None in a row
+    written before that column) as a CompactCurve."""
+    _, metric, results, seq, started, ended, overflow, steps, numbers, *last = row
+    kept = json.loads(last[0]) if last and last[0] else {"metrics": [], "values": {}}
     return CompactCurve(metric, int(results), int(seq), started, ended, _unpack("q", steps), _unpack("d", numbers),
-                        bool(overflow))
+                        bool(overflow), tuple(kept["metrics"]), kept["values"])
+
+
+def numbers_of(reported, metrics: Sequence[str]) -> dict[str, float]:
+    found = {}
+    for name in metrics:
+        value = number(reported.get(name))
+        if value is not None:
+            found[name] = value
+    return found
 
 
 def number(value) -> float | None:
@@ -108,15 +127,16 @@ def _chunks(uids: Sequence[str]) -> Iterable[list[str]]:
         yield list(uids[start:start + CHUNK])
 
 
-def objective_of(metric: str, study: str) -> str:
-    """The first objective of an Experiment row (its study JSON, else its one metric),
-    as kubetune.dashboard.study.shape_of reads it."""
+def study_metrics(metric: str, study: str) -> tuple[str, ...]:
+    """The objectives (the first leads) and constraint metrics of an Experiment row (its
+    study JSON, else its one metric), as kubetune.dashboard.study.shape_of reads them."""
     try:
         data = json.loads(study) if study else {}
-        objectives = [o for o in data.get("objectives") or [] if isinstance(o, dict) and o.get("metric")]
-    except (ValueError, AttributeError):
-        objectives = []
-    return str(objectives[0]["metric"]) if objectives else (metric or "objective")
+        objectives = [str(o["metric"]) for o in data.get("objectives") or [] if isinstance(o, dict) and o.get("metric")]
+        constraints = [str(c["metric"]) for c in data.get("constraints") or [] if isinstance(c, dict) and c.get("metric")]
+    except (ValueError, AttributeError, TypeError):
+        objectives, constraints = [], []
+    return tuple(dict.fromkeys((objectives or [metric or "objective"]) + constraints))[:MAX_METRICS]
 
 
 def update(connection, upsert, results: Sequence[ResultRow]) -> None:
@@ -129,54 +149,54 @@ def update(connection, upsert, results: Sequence[ResultRow]) -> None:
         by_trial.setdefault(row.trial_uid, []).append(row)
     uids = list(by_trial)
     t, e, c, r = schema.trials, schema.experiments, schema.curves, schema.results
-    objective: dict[str, str] = {}
+    measured: dict[str, tuple[str, ...]] = {}     # trial UID -> its study's metrics, the objective first
     kept: dict[str, CompactCurve] = {}
     stats: dict[str, tuple[int, int]] = {}
     for chunk in _chunks(uids):
         query = select(t.c.uid, e.c.metric, e.c.study).join(e, e.c.uid == t.c.experiment_uid).where(t.c.uid.in_(chunk))
-        objective.update((uid, objective_of(metric, study)) for uid, metric, study in connection.execute(query))
+        measured.update((uid, study_metrics(metric, study)) for uid, metric, study in connection.execute(query))
         kept.update((row[0], from_row(row)) for row in connection.execute(select(c).where(c.c.trial_uid.in_(chunk))))
         query = select(r.c.trial_uid, func.count(), func.max(r.c.seq)).where(r.c.trial_uid.in_(chunk)) \
             .group_by(r.c.trial_uid)
         stats.update((uid, (int(n), int(high))) for uid, n, high in connection.execute(query))
     rows, rebuild = [], []
     for uid, rows_of_trial in by_trial.items():
-        metric = objective.get(uid)
-        if metric is None:      # its trial row is not stored yet: readers read its metric rows
+        metrics = measured.get(uid)
+        if metrics is None:     # its trial row is not stored yet: readers read its metric rows
             continue
+        metric = metrics[0]
         ordered = list({row.seq: row for row in rows_of_trial}.values())   # the last delivery of a seq wins
         ordered.sort(key=lambda row: row.seq)
         curve = kept.get(uid)
-        if curve is not None and curve.overflow and curve.metric == metric:
+        if curve is not None and curve.overflow and curve.metrics == metrics:
             continue            # given up: nothing to keep up to date
-        if curve is None or curve.metric != metric:
-            curve = CompactCurve(metric)    # made from this batch alone, if it holds all the trial's results
+        if curve is None or curve.metrics != metrics:
+            curve = CompactCurve(metric, metrics=metrics)   # from this batch alone, if it holds all the trial's results
         elif ordered[0].seq <= curve.seq:
             rebuild.append(uid)             # a seq delivered again: what it replaced is in the row
             continue
         seen = set(curve.steps)
         for row in ordered:
-            curve.add(row.seq, row.iteration, row.time, number(row.metrics.get(metric)), seen)
+            curve.add(row.seq, row.iteration, row.time, numbers_of(row.metrics, metrics), seen)
         if (curve.results, curve.seq) != stats.get(uid):
             rebuild.append(uid)             # results stored before the row existed (an older kubetune)
             continue
         rows.append(to_row(uid, curve))
     for uid in rebuild:
-        rows.append(to_row(uid, _from_tables(connection, uid, objective[uid])))
+        rows.append(to_row(uid, _from_tables(connection, uid, measured[uid])))
     upsert(connection, c, ["trial_uid"], rows)
 
 
-def _from_tables(connection, trial_uid: str, metric: str) -> CompactCurve:
+def _from_tables(connection, trial_uid: str, metrics: tuple[str, ...]) -> CompactCurve:
     """A trial's row made from every stored result (the rows of this transaction included)."""
     r, m = schema.results, schema.metrics
-    value = select(m.c.value).where(m.c.trial_uid == r.c.trial_uid, m.c.seq == r.c.seq, m.c.name == metric,
-                                    m.c.kind.in_(("f", "i"))).scalar_subquery()
-    has = select(func.count()).where(m.c.trial_uid == r.c.trial_uid, m.c.seq == r.c.seq, m.c.name == metric,
-                                     m.c.kind.in_(("f", "i"))).scalar_subquery()
-    query = select(r.c.seq, r.c.iteration, r.c.time, value, has).where(r.c.trial_uid == trial_uid).order_by(r.c.seq)
-    curve, seen = CompactCurve(metric), set()
-    for seq, iteration, at, number_, present in connection.execute(query):
-        curve.add(int(seq), int(iteration), float(at), (math.nan if number_ is None else number_) if present else None,
-                  seen)
+    numbers: dict[int, dict[str, float]] = {}
+    query = select(m.c.seq, m.c.name, m.c.value).where(m.c.trial_uid == trial_uid, m.c.name.in_(list(metrics)),
+                                                       m.c.kind.in_(("f", "i")))
+    for seq, name, value in connection.execute(query):
+        numbers.setdefault(int(seq), {})[name] = math.nan if value is None else value   # SQLite: NaN as NULL
+    curve, seen = CompactCurve(metrics[0], metrics=metrics), set()
+    query = select(r.c.seq, r.c.iteration, r.c.time).where(r.c.trial_uid == trial_uid).order_by(r.c.seq)
+    for seq, iteration, at in connection.execute(query):
+        curve.add(int(seq), int(iteration), float(at), numbers.get(int(seq), {}), seen)
     return curve
-

@@ -91,6 +91,7 @@ curves = Table(
     Column("overflow", Integer, nullable=False, default=0),
     Column("steps", LargeBinary, nullable=False),     # int64 little-endian, one per point
     Column("step_values", LargeBinary, nullable=False),    # float64 little-endian (NaN and ±Infinity kept)
+    Column("last", Text),     # JSON: {"metrics": the study's, "values": the last result's numbers among them}
 )
 
 # One row per attempt of a trial (issue 27): a table of its own, so an existing database

@@ -120,10 +120,12 @@ class ResultsStore:
             missing = migrate.missing_columns(self.engine)
             self._experiment_columns = [c for c in schema.experiments.columns
                                         if c.name not in missing.get(schema.experiments.name, [])]
+            self._curve_columns = [c for c in schema.curves.columns if c.name not in missing.get(schema.curves.name, [])]
         else:
             schema.metadata.create_all(self.engine)
             migrate.add_missing_columns(self.engine)
             self._experiment_columns = list(schema.experiments.columns)
+            self._curve_columns = list(schema.curves.columns)
 
     @property
     def url_shown(self) -> str:
@@ -328,14 +330,15 @@ class ResultsStore:
                        trial_uids: Sequence[str] | None = None) -> dict[str, curve_rows.CompactCurve]:
         """Trial UID -> its compact row (results/curves.py) for ``metric``, rows given up
         left out.  A caller uses a row only when its ``results`` and ``seq`` match
-        ``result_stats``; any other trial it reads through ``curves``."""
+        ``result_stats`` (and its last values when its ``metrics`` hold those it needs);
+        any other trial it reads through ``curves`` and ``last_values``."""
         c = schema.curves
         if self.read_only and not inspect(self.engine).has_table(c.name):
             return {}    # a database from before the table, opened without creating it
         found: dict[str, curve_rows.CompactCurve] = {}
         with self.engine.connect() as connection:
             for where in self._chunks(experiment_uid, c.c.trial_uid, trial_uids):
-                query = select(c).where(where, c.c.metric == metric, c.c.overflow == 0)
+                query = select(*self._curve_columns).where(where, c.c.metric == metric, c.c.overflow == 0)
                 found.update((row[0], curve_rows.from_row(row)) for row in _raw_rows(connection, query))
         return found
 
