@@ -113,7 +113,7 @@ def test_ledger_never_negative_under_random_churn():
         free, used = led.free(), led.used()
         assert free.cpu >= 0 and free.gpu >= 0
         assert used.cpu <= 12 + 1e-9 and used.gpu <= 3 + 1e-9
-        assert all(n.cpu >= 0 and n.gpu >= 0 for n in led._free_per_node())
+        assert all(n.cpu >= 0 and n.gpu >= 0 for n in led._node_free)
     for owner in holders:
         led.release(owner)
     assert led.used() == Resources() and led.free() == Resources(cpu=12, gpu=3)

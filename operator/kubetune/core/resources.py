@@ -33,6 +33,7 @@ class ResourceLedger:
         self._known = False                     # capacity never reported: nobody may start yet
         self._held: dict[str, list[tuple[int, Resources]]] = {}   # owner -> (node index, bundle)
         self._held_total: dict[str, Resources] = {}   # owner -> its bundles summed
+        self._used: Resources | None = None     # all of _held_total summed, until it changes
         self._node_free: list[Resources] = []     # per node: capacity minus what is held there
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
@@ -67,7 +68,7 @@ class ResourceLedger:
         self._node_free = list(self._nodes)
         # Nodes come and go: re-place every holding on the new node list. A holding that no
         # longer fits anywhere stays counted (index -1) until its owner releases it.
-        held, self._held, self._held_total = self._held, {}, {}
+        held, self._held, self._held_total, self._used = self._held, {}, {}, None
         for owner, placements in held.items():
             self._place(owner, [bundle for _, bundle in placements], force=True)
         self._woken = None
@@ -145,13 +146,12 @@ class ResourceLedger:
         return self._node_types is not None
 
     def used(self) -> Resources:
-        return total_of(bundle for placements in self._held.values() for _, bundle in placements)
+        if self._used is None:      # asked for every queued trial's reason: summed once per change
+            self._used = total_of(self._held_total.values())
+        return self._used
 
     def free(self) -> Resources:
         return self._total - self.used()
-
-    def _free_per_node(self) -> list[Resources]:
-        return list(self._node_free)
 
     def _place(self, owner: str, bundles: list[Resources], force: bool = False) -> bool:
         placement = first_fit(bundles, self._node_free)
@@ -164,11 +164,11 @@ class ResourceLedger:
                 self._node_free[index] = self._node_free[index] - bundle
         self._held[owner] = list(zip(placement, bundles))
         self._held_total[owner] = total_of(bundles)
-        self._line = None
+        self._line = self._used = None
         return True
 
     def _unplace(self, owner: str) -> None:
-        self._line = None
+        self._line = self._used = None
         self._held_total.pop(owner, None)
         for index, bundle in self._held.pop(owner, ()):
             if index >= 0:
@@ -305,7 +305,7 @@ class ResourceLedger:
     def _short_kinds(self, bundles: list[Resources]) -> set[str]:
         """The resources a request is blocked on right now (empty if it would fit)."""
         self.work["shape_checks"] += 1
-        free_nodes = self._free_per_node()
+        free_nodes = list(self._node_free)
         if first_fit(bundles, free_nodes) is not None:
             return set()
         demand, free = total_of(bundles), self.free()
@@ -330,7 +330,7 @@ class ResourceLedger:
         for (other, entry), other_key in zip(line.queue, line.keys):
             if other == owner or other_key >= key:
                 continue
-            short = self._short_kinds(entry.bundles)
+            short = line.shorts[entry.shape]     # what it is short of: per shape, made with the line
             if not short or short & kinds:
                 result.append(other)
         return result
