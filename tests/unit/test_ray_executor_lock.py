@@ -125,7 +125,7 @@ def test_discovery_ends_an_actor_it_does_not_adopt_outside_the_lock(claim):
 RAY_DIR = pathlib.Path(kubetune.__file__).parent / "executors" / "ray"
 LOCKED_MODULES = ("executor.py", "slots.py", "pool.py", "discovery.py")
 # methods of ours that make Ray calls (an actor call, a kill, a resource query)
-RAY_CALLING = {"kill", "reap_idle", "give_back", "create", "remove_placement_groups", "_free_name",
+RAY_CALLING = {"kill", "reap_idle", "take_idle", "give_back", "create", "remove_placement_groups", "_free_name",
                "_evict_idle_for", "call", "ready", "read", "discover", "discover_once", "find_unknown",
                "actor_names", "end", "launch", "_stop", "_fetch", "settle_acks"}
 # connecting is what the lock serializes (one ray.init per process): nothing else can run

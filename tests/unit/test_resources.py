@@ -189,3 +189,34 @@ def test_adopt_records_running_trials_even_when_overcommitted():
     led.release("a")
     led.release("b")
     assert led.free() == cpu(2)
+
+
+def test_a_holding_adopted_where_nothing_was_free_is_placed_at_the_next_refresh_of_the_same_shape():
+    """After a restart a running trial is adopted whatever the ledger thinks is free; once
+    room frees, a refresh that reports the same cluster puts it on its node, so that room
+    is not granted twice (a same-shape refresh must not skip the re-placing then)."""
+    led = ResourceLedger()
+    node = Resources(cpu=4.0)
+    led.set_capacity(node, [node])
+    assert led.try_acquire("a", [Resources(cpu=4.0)])
+    led.adopt("b", [Resources(cpu=2.0)])           # running on the cluster; no room left on paper
+    led.release("a")
+    led.set_capacity(node, [node])                  # the 2 s refresh, same shape
+    assert not led.try_acquire("c", [Resources(cpu=4.0)])
+    assert led.try_acquire("d", [Resources(cpu=2.0)])
+    assert led.free().cpu == 0.0
+
+
+def test_a_woken_request_that_is_withdrawn_passes_its_turn_to_the_next():
+    led = ResourceLedger()
+    led.set_capacity(Resources(cpu=1.0), [Resources(cpu=1.0)])
+    woken = []
+    for experiment in ("ns/a/", "ns/b/"):
+        led.watch(experiment, lambda e=experiment: woken.append(e))
+    assert led.try_acquire("ns/x/t0", [Resources(cpu=1.0)])
+    led.set_waiting("ns/a/t0", [Resources(cpu=1.0)])
+    led.set_waiting("ns/b/t0", [Resources(cpu=1.0)])
+    led.release("ns/x/t0")
+    assert woken == ["ns/a/"]
+    led.clear_waiting("ns/a/t0")                   # suspended before it took the slot
+    assert woken == ["ns/a/", "ns/b/"]

@@ -54,9 +54,11 @@ class ResourceLedger:
         None when the cluster cannot grow."""
         nodes = list(nodes) if nodes else [total]
         node_types = list(node_types) if node_types is not None else None
-        if self._known and (total, nodes, node_types) == (self._total, self._nodes, self._node_types):
-            # the same shape (every refresh, every 2 s): the line and placements stand; the
-            # first in line is woken again in case it let its turn pass
+        unplaced = any(index < 0 for placements in self._held.values() for index, _ in placements)
+        if not unplaced and self._known and (total, nodes, node_types) == (self._total, self._nodes,
+                                                                           self._node_types):
+            # the same shape (every refresh, every 2 s) and every holding on a node: the line and
+            # placements stand; the first in line is woken again in case it let its turn pass
             self._woken = None
             self._wake_first()
             return
@@ -178,12 +180,7 @@ class ResourceLedger:
                 self._node_free[index] = restored if restored.fits(self._nodes[index]) else self._recompute(index)
 
     def _recompute(self, index: int) -> Resources:
-        free = self._nodes[index]
-        for placements in self._held.values():
-            for node, bundle in placements:
-                if node == index:
-                    free = free - bundle
-        return free
+        return self._nodes[index] - total_of(b for placed in self._held.values() for node, b in placed if node == index)
 
     # ------------------------------------------------------------ holding
 
@@ -254,6 +251,9 @@ class ResourceLedger:
     def clear_waiting(self, owner: str) -> None:
         if self._waiting.pop(owner, None) is not None:
             self._line = None
+            if owner == self._woken:    # it gave its turn up (suspended): the next may take it
+                self._woken = None
+                self._wake_first()
 
     def is_waiting(self, owner: str) -> bool:
         return owner in self._waiting
