@@ -295,3 +295,35 @@ def test_an_idle_worker_nobody_uses_ends_itself(ray_local, experiment):
     del executor
     wait_for(lambda: info.actor_name not in [a["name"] for a in ray.util.list_named_actors(True)],
              timeout=30, message="the idle worker ending itself")
+
+
+def test_experiments_share_a_listing_that_hides_no_stop_and_misses_no_actor_to_end(ray_local, tmp_path):
+    """One listing of the named actors serves every Experiment (named_actors.py; here it
+    never expires): it finds each Experiment's actors after a restart, never shows an
+    actor the executor stopped since, and ``stop_all`` asks Ray afresh, so an actor
+    created after the shared listing is ended too."""
+    run = uuid.uuid4().hex[:8]
+    prefixes = [f"it/s{run}-{i}/" for i in range(3)]
+    hold = {"hold_after": 0, "gate": str(tmp_path / "never")}
+    first = RayExecutor(ray_local, reuse_actors=False)
+    try:
+        for prefix in prefixes:
+            first.start(launch(f"{prefix}t-0", SLEEPY, hold))
+        ray.shutdown()                                   # the operator goes away and comes back
+        executor = RayExecutor(ray_local, reuse_actors=False, listing_max_age_s=3600)
+        assert [executor.list_trials(prefix) for prefix in prefixes] == [[f"{p}t-0"] for p in prefixes]
+        assert executor._named.fetches == 1              # one listing for every Experiment
+        late = f"{prefixes[0]}t-1"
+        executor.start(launch(late, SLEEPY, hold))       # created after the shared listing
+        assert executor.stop(f"{prefixes[1]}t-0", timeout_s=5) is not None
+        assert executor.list_trials(prefixes[1]) == []
+        assert executor._discovery.actor_names(prefixes[1]) == []     # shared, yet not shown alive
+        assert executor.poll({f"{prefixes[1]}t-0": 0})[f"{prefixes[1]}t-0"].state is TrialState.MISSING
+        assert executor._named.fetches == 1
+        assert executor.stop_all(prefixes[0]) == 2       # the late actor included
+        wait_for(lambda: executor.remaining(prefixes[0]) == 0, timeout=60, message="actors ended")
+        with pytest.raises(ValueError):
+            ray.get_actor(ACTOR_PREFIX + late, namespace=f"kubetune/{prefixes[0].rstrip('/')}")
+    finally:
+        for prefix in prefixes:
+            RayExecutor(ray_local).stop_all(prefix)

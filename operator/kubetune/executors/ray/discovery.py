@@ -28,9 +28,25 @@ from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.spec.model import TrialResources
 from kubetune.executors.ray.pool import (ACTOR_PREFIX, WORKER_MARK, Worker, WorkerPool, actor_name,
                                          experiment_namespace, experiment_prefix)
+from kubetune.executors.ray.named_actors import NamedActors
 from kubetune.executors.ray.slots import Slot
 
 log = logging.getLogger(__name__)
+
+
+def actor_group(name: str) -> str | None:
+    """The experiment prefix ``"<ns>/<experiment>/"`` of one of our actors' names (None: not ours)."""
+    parts = name[len(ACTOR_PREFIX):].split("/") if name.startswith(ACTOR_PREFIX) else []
+    return f"{parts[0]}/{parts[1]}/" if len(parts) >= 3 else None
+
+
+def list_named_actors() -> list[dict[str, Any]]:
+    """Every named actor of the cluster (one GCS call): read through ``NamedActors``."""
+    return ray.util.list_named_actors(all_namespaces=True)
+
+
+def is_experiment_prefix(prefix: str) -> bool:
+    return prefix.endswith("/") and prefix.count("/") == 2
 
 
 @dataclass
@@ -45,10 +61,11 @@ class ActorDiscovery:
     ``lock`` guards ``slots`` and is the pool's too."""
 
     def __init__(self, lock: threading.RLock, slots: dict[str, Slot], pool: WorkerPool, *,
-                 namespace: str, rpc_timeout_s: float):
+                 namespace: str, rpc_timeout_s: float, named: NamedActors):
         self._lock = lock
         self._slots = slots
         self._pool = pool
+        self._named = named     # the cluster's named actors, one listing shared by every Experiment
         self.namespace = namespace
         self.rpc_timeout_s = rpc_timeout_s
         self._discovered: dict[str, _Discovery] = {}
@@ -57,13 +74,21 @@ class ActorDiscovery:
     def first_wait_s(self) -> float:
         return min(2.0, self.rpc_timeout_s)
 
-    def actor_names(self, prefix: str) -> list[str]:
+    def actor_names(self, prefix: str, *, fresh: bool = False) -> list[str]:
         """Names of our live actors under a trial-key prefix, without ``kubetune/``: each
-        in the Ray namespace of its own experiment (an actor placed elsewhere is not ours)."""
-        return [a["name"][len(ACTOR_PREFIX):]
-                for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["name"].startswith(ACTOR_PREFIX + prefix) and a["name"].count("/") >= 3
-                and a["namespace"] == experiment_namespace(self.namespace, a["name"][len(ACTOR_PREFIX):])]
+        in the Ray namespace of its own experiment (an actor placed elsewhere is not ours).
+
+        From the listing shared for a moment (named_actors.py), or ``fresh``: asked of
+        Ray now, for a caller that must not miss an actor created just before."""
+        group = prefix if is_experiment_prefix(prefix) else None
+        return [name[len(ACTOR_PREFIX):] for namespace, name in self._named.actors(group, fresh=fresh)
+                if name.startswith(ACTOR_PREFIX + prefix) and name.count("/") >= 3
+                and namespace == experiment_namespace(self.namespace, name[len(ACTOR_PREFIX):])]
+
+    def experiments(self, prefix: str) -> list[str]:
+        """The experiment prefixes (``"<ns>/<experiment>/"``) with named actors that are
+        under ``prefix`` or hold it."""
+        return [group for group in self._named.groups() if group.startswith(prefix) or prefix.startswith(group)]
 
     def discover_once(self, prefix: str) -> None:
         with self._lock:

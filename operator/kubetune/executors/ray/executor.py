@@ -36,7 +36,7 @@ the next round, so there is always one waiting when a trial reports.
 This module is the executor's surface and its poll; the parts live beside it:
 ``slots`` (which actor hosts which trial; launching and ending trials), ``pool``
 (actor names, creating actors, the idle pool), ``discovery`` (re-attaching after a
-restart), ``capacity`` (what the cluster offers), ``liveness`` (a lost cluster).
+restart; ``named_actors``: one listing shared by every Experiment), ``capacity`` (what the cluster offers), ``liveness`` (a lost cluster).
 """
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ from ray.exceptions import RaySystemError
 
 from kubetune.core.resources import Resources
 from kubetune.executors.base import ClusterResources, LaunchInfo, LaunchRequest, TrialState, TrialUpdate
-from kubetune.executors.ray import answers, capacity, checked
+from kubetune.executors.ray import answers, capacity, checked, named_actors
 from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.executors.ray.autoscaler import request_resources
-from kubetune.executors.ray.discovery import ActorDiscovery
+from kubetune.executors.ray.discovery import ActorDiscovery, actor_group, list_named_actors
 from kubetune.executors.ray.errors import RayUnavailableError, is_unavailable
 from kubetune.executors.ray.liveness import ClusterWatch, prepare_driver_env, probe
 from kubetune.executors.ray.pool import ACTOR_PREFIX, WorkerPool, actor_name, namespace_of_actor
@@ -75,7 +75,8 @@ class RayExecutor:
                  num_cpus: float | None = None, num_gpus: float | None = None,
                  auth_token: str | None = None, reuse_actors: bool = True,
                  idle_ttl_s: float = 20.0, orphan_timeout_s: float = 600.0,
-                 rpc_timeout_s: float = 10.0, log_to_driver: bool = False, lease_timeout_s: float = 0.0):
+                 rpc_timeout_s: float = 10.0, log_to_driver: bool = False, lease_timeout_s: float = 0.0,
+                 listing_max_age_s: float = named_actors.MAX_AGE_S):
         self.address = address
         self.namespace = namespace
         self.num_cpus = num_cpus
@@ -85,6 +86,7 @@ class RayExecutor:
         self.orphan_timeout_s = orphan_timeout_s  # a finished trial nobody fetches, then exit
         self.lease_timeout_s = lease_timeout_s    # a running trial nobody calls, then stop and exit (0: never)
         self.rpc_timeout_s = rpc_timeout_s
+        self.listing_max_age_s = listing_max_age_s   # one listing of the named actors serves this long
         self._auth_token = auth_token
         self._log_to_driver = log_to_driver
         self._lock = threading.RLock()
@@ -95,12 +97,15 @@ class RayExecutor:
 
     def _reset(self) -> None:
         held: dict[str, Slot] = {}
+        # one listing of the cluster's named actors serves every Experiment for a moment
+        self._named = named_actors.NamedActors(list_named_actors, actor_group,
+                                               max_age_s=self.listing_max_age_s)
         self._pool = WorkerPool(self._lock, address=self.address, namespace=self.namespace,
                                 reuse_actors=self.reuse_actors, idle_ttl_s=self.idle_ttl_s,
                                 orphan_timeout_s=self.orphan_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
-                                lease_timeout_s=self.lease_timeout_s)
+                                lease_timeout_s=self.lease_timeout_s, on_kill=self._named.killed)
         self._discovery = ActorDiscovery(self._lock, held, self._pool, namespace=self.namespace,
-                                         rpc_timeout_s=self.rpc_timeout_s)
+                                         rpc_timeout_s=self.rpc_timeout_s, named=self._named)
         self._slots = TrialSlots(self._lock, held, self._pool, self._discovery, rpc_timeout_s=self.rpc_timeout_s)
         self._node_types = capacity.NodeTypes(self.address, self.rpc_timeout_s)   # of this connection
 
@@ -284,10 +289,8 @@ class RayExecutor:
     def list_trials(self, prefix: str = "") -> list[str]:
         """Trials hosted by live actors whose key starts with ``prefix`` (re-attach, cleanup)."""
         self._ensure_connected()
-        for experiment in sorted({"/".join(name.split("/")[:2]) + "/"
-                                  for name in self._discovery.actor_names("")}):
-            if experiment.startswith(prefix) or prefix.startswith(experiment):
-                self._discovery.discover(experiment, wait_s=self._discovery.first_wait_s)
+        for experiment in self._discovery.experiments(prefix):
+            self._discovery.discover(experiment, wait_s=self._discovery.first_wait_s)
         return self._slots.live(prefix)
 
     def stop_all(self, prefix: str) -> int:
@@ -298,8 +301,10 @@ class RayExecutor:
         """
         try:
             self._ensure_connected()
-            names = [ACTOR_PREFIX + name for name in self._discovery.actor_names(prefix)]
+            # asked of Ray now: an actor created a moment ago must not be left running
+            names = [ACTOR_PREFIX + name for name in self._discovery.actor_names(prefix, fresh=True)]
             for name in names:
+                self._named.killed(name)
                 try:
                     ray.kill(ray.get_actor(name, namespace=namespace_of_actor(self.namespace, name)),
                              no_restart=True)
@@ -320,7 +325,7 @@ class RayExecutor:
     def remaining(self, prefix: str) -> int:
         """How many actors under ``prefix`` are still alive (raises if Ray cannot tell)."""
         self._ensure_connected()
-        return len(self._discovery.actor_names(prefix))
+        return len(self._discovery.actor_names(prefix, fresh=True))
 
     # ---------------------------------------------------------------- resources, logs
 

@@ -87,9 +87,11 @@ class WorkerPool:
 
     def __init__(self, lock: threading.RLock, *, address: str, namespace: str, reuse_actors: bool,
                  idle_ttl_s: float, orphan_timeout_s: float, rpc_timeout_s: float,
-                 lease_timeout_s: float = 0.0, kill_actor: Callable[[Any], None] = _kill_actor):
+                 lease_timeout_s: float = 0.0, kill_actor: Callable[[Any], None] = _kill_actor,
+                 on_kill: Callable[[str], None] = lambda name: None):
         self._lock = lock
         self._kill_actor = kill_actor
+        self._on_kill = on_kill     # told each actor name it ends (named_actors.NamedActors.killed)
         self.address = address
         self.namespace = namespace
         self.reuse_actors = reuse_actors
@@ -263,6 +265,7 @@ class WorkerPool:
 
     def kill(self, worker: Worker) -> None:
         """End a worker's actor (and placement group): Ray calls, so never under the lock."""
+        self._on_kill(worker.name)
         try:
             self._kill_actor(worker.handle)
         except Exception:  # noqa: BLE001 - already gone
