@@ -309,6 +309,8 @@ def test_experiments_share_a_listing_that_hides_no_stop_and_misses_no_actor_to_e
     try:
         for prefix in prefixes:
             first.start(launch(f"{prefix}t-0", SLEEPY, hold))
+        for prefix in prefixes:     # running: a restarted executor finds them at once
+            wait_for(lambda key=f"{prefix}t-0": first.describe(key) is not None, timeout=120, message="actor up")
         ray.shutdown()                                   # the operator goes away and comes back
         executor = RayExecutor(ray_local, reuse_actors=False, listing_max_age_s=3600)
         assert [executor.list_trials(prefix) for prefix in prefixes] == [[f"{p}t-0"] for p in prefixes]
