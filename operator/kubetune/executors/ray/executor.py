@@ -36,7 +36,8 @@ the next round, so there is always one waiting when a trial reports.
 This module is the executor's surface and its poll; the parts live beside it:
 ``slots`` (which actor hosts which trial; launching and ending trials), ``pool``
 (actor names, creating actors, the idle pool), ``discovery`` (re-attaching after a
-restart; ``named_actors``: one listing shared by every Experiment), ``capacity`` (what the cluster offers), ``liveness`` (a lost cluster).
+restart; ``named_actors``: one listing shared by every Experiment), ``capacity``
+(what the cluster offers), ``liveness`` (a lost cluster).
 """
 from __future__ import annotations
 
@@ -97,9 +98,7 @@ class RayExecutor:
 
     def _reset(self) -> None:
         held: dict[str, Slot] = {}
-        # one listing of the cluster's named actors serves every Experiment for a moment
-        self._named = named_actors.NamedActors(list_named_actors, actor_group,
-                                               max_age_s=self.listing_max_age_s)
+        self._named = named_actors.NamedActors(list_named_actors, actor_group, max_age_s=self.listing_max_age_s)
         self._pool = WorkerPool(self._lock, address=self.address, namespace=self.namespace,
                                 reuse_actors=self.reuse_actors, idle_ttl_s=self.idle_ttl_s,
                                 orphan_timeout_s=self.orphan_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
@@ -301,8 +300,8 @@ class RayExecutor:
         """
         try:
             self._ensure_connected()
-            # asked of Ray now: an actor created a moment ago must not be left running
-            names = [ACTOR_PREFIX + name for name in self._discovery.actor_names(prefix, fresh=True)]
+            names = [ACTOR_PREFIX + name   # fresh: an actor created a moment ago is ended too
+                     for name in self._discovery.actor_names(prefix, fresh=True)]
             for name in names:
                 self._named.killed(name)
                 try:
