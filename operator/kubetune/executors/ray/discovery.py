@@ -61,11 +61,12 @@ class ActorDiscovery:
     ``lock`` guards ``slots`` and is the pool's too."""
 
     def __init__(self, lock: threading.RLock, slots: dict[str, Slot], pool: WorkerPool, *,
-                 namespace: str, rpc_timeout_s: float, named: NamedActors):
+                 namespace: str, rpc_timeout_s: float, named: NamedActors | None = None):
         self._lock = lock
         self._slots = slots
         self._pool = pool
-        self._named = named     # the cluster's named actors, one listing shared by every Experiment
+        # the cluster's named actors: one listing shared by every Experiment (the executor's)
+        self._named = named if named is not None else NamedActors(list_named_actors, actor_group)
         self.namespace = namespace
         self.rpc_timeout_s = rpc_timeout_s
         self._discovered: dict[str, _Discovery] = {}

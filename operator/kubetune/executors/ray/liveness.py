@@ -118,13 +118,16 @@ class ClusterWatch:
             return self._check()
 
     def _check(self) -> str:
-        if time.monotonic() - self._port_open_at >= PORT_CHECK_INTERVAL_S:
+        session_due = time.monotonic() - self._checked_at >= SESSION_CHECK_INTERVAL_S
+        # the session is asked of the watch's own GCS client right after a probe, as before
+        # the probe was shared: that client must never meet a GCS gone meanwhile
+        if session_due or time.monotonic() - self._port_open_at >= PORT_CHECK_INTERVAL_S:
             try:
                 socket.create_connection(self._endpoint, timeout=self.timeout_s).close()
             except OSError as exc:
                 return f"the Ray GCS at {self.gcs_address} is unreachable: {exc}"
             self._port_open_at = time.monotonic()
-        if time.monotonic() - self._checked_at < SESSION_CHECK_INTERVAL_S:
+        if not session_due:
             return ""
         try:
             session = self._session()
