@@ -11,13 +11,7 @@ stops or restarts:
 
 So the operator sets that timeout far out before it connects (``prepare_driver_env``)
 and, before each use of its connection, asks ``ClusterWatch.check``: is the GCS port
-open, and does the same cluster (its session) answer there? One answer serves every
-use for ``PORT_CHECK_INTERVAL_S`` (the session: ``SESSION_CHECK_INTERVAL_S``): every
-Experiment on the cluster uses the connection each cycle, and a port probe per use
-cost 4-6% of a busy operator's CPU at 200 Experiments (issue 26).  The probe never
-closed the window anyway (a GCS may die right after it, and a call in flight meets
-the outage whatever was probed before: outage.py bounds those); a fifth of a second
-more is small beside a call's own duration.  If not, the executor
+open, and does the same cluster (its session) answer there? If not, the executor
 drops the connection and connects again once a cluster answers; the trials that ran
 on the lost one are relaunched from their checkpoints as cluster faults, which do not
 count against ``maxFailures``.
@@ -30,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 
 import ray
@@ -44,7 +37,6 @@ log = logging.getLogger(__name__)
 # process ends and its Deployment starts a new one, which restores from the Trials.
 GCS_RECONNECT_TIMEOUT_S = 7 * 24 * 3600
 SESSION_CHECK_INTERVAL_S = 1.0
-PORT_CHECK_INTERVAL_S = 0.2
 _SESSION_KEY, _SESSION_NAMESPACE = b"session_name", b"session"
 
 
@@ -88,8 +80,6 @@ class ClusterWatch:
         self._client = ray_compat.gcs_client(gcs_address)   # a client of its own: never Ray's blocking one
         self.session = self._session()
         self._checked_at = time.monotonic()
-        self._port_open_at = float("-inf")
-        self._check_lock = threading.Lock()    # one probe at a time: the others take its answer
 
     @classmethod
     def attach(cls, timeout_s: float = 2.0) -> "ClusterWatch | None":
@@ -111,23 +101,14 @@ class ClusterWatch:
         return self._endpoint
 
     def check(self) -> str:
-        """"" while the cluster we connected to answers; else why it does not. The port is
-        probed at most every ``PORT_CHECK_INTERVAL_S`` (a GCS query must not be made to a
-        GCS long dead), the session compared at most every ``SESSION_CHECK_INTERVAL_S``."""
-        with self._check_lock:
-            return self._check()
-
-    def _check(self) -> str:
-        session_due = time.monotonic() - self._checked_at >= SESSION_CHECK_INTERVAL_S
-        # the session is asked of the watch's own GCS client right after a probe, as before
-        # the probe was shared: that client must never meet a GCS gone meanwhile
-        if session_due or time.monotonic() - self._port_open_at >= PORT_CHECK_INTERVAL_S:
-            try:
-                socket.create_connection(self._endpoint, timeout=self.timeout_s).close()
-            except OSError as exc:
-                return f"the Ray GCS at {self.gcs_address} is unreachable: {exc}"
-            self._port_open_at = time.monotonic()
-        if not session_due:
+        """"" while the cluster we connected to answers; else why it does not. The port
+        probe is cheap and runs every time: a GCS query must never be made to a dead GCS;
+        the session is compared at most every ``SESSION_CHECK_INTERVAL_S``."""
+        try:
+            socket.create_connection(self._endpoint, timeout=self.timeout_s).close()
+        except OSError as exc:
+            return f"the Ray GCS at {self.gcs_address} is unreachable: {exc}"
+        if time.monotonic() - self._checked_at < SESSION_CHECK_INTERVAL_S:
             return ""
         try:
             session = self._session()
