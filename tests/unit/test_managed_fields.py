@@ -1,6 +1,7 @@
 """A finished Trial's managedFields are stripped once its terminal status is written, a
 running one's never; a refused strip leaves the status alone and is retried, then given
-up (controller/managed_fields.py).  On the real API server: tests/integration/test_operator.py."""
+up; a refusal retrying cannot cure (403, 422) ends stripping with one warning
+(controller/managed_fields.py).  On the real API server: tests/integration/test_operator.py."""
 from __future__ import annotations
 
 import asyncio
@@ -60,18 +61,34 @@ def test_a_flush_bounds_the_strips_it_sends():
     assert len(strip.due(0.0, limit=16)) == 16
 
 
-class RecordingStore(MemoryStore):
-    """The local store, with the strips it is asked for, refusing the first ``refuse``."""
+def test_a_refusal_retrying_cannot_cure_ends_stripping_and_warns_once():
+    strip = ManagedFieldsStrip()
+    for name in ("a", "b"):
+        strip.finished(name, {"phase": "Succeeded"})
+    assert strip.refuse("403 Forbidden: cannot patch resource trials") is True
+    assert strip.refuse("403 Forbidden: cannot patch resource trials") is False     # warned once
+    assert not strip and strip.due(0.0) == []
+    strip.finished("c", {"phase": "Succeeded"})
+    strip.restored([trial("d", "Succeeded", True)])
+    assert strip.failed("a", 0.0) is True and not strip      # a strip in flight meanwhile adds nothing
+    assert strip.due(0.0) == []
 
-    def __init__(self, refuse: int = 0) -> None:
+
+class RecordingStore(MemoryStore):
+    """The local store, with the strips it is asked for, refusing the first ``refuse``
+    (with ``status``)."""
+
+    def __init__(self, refuse: int = 0, status: int = 500) -> None:
         super().__init__()
         self.stripped: list[str] = []
-        self.refuse = refuse
+        self.asked = 0
+        self.refuse, self.status = refuse, status
 
     async def strip_managed_fields(self, trial: str) -> None:
+        self.asked += 1
         if self.refuse:
             self.refuse -= 1
-            raise WriteRefused(500, "InternalError", "etcd leader changed")
+            raise WriteRefused(self.status, "Forbidden" if self.status == 403 else "InternalError", "refused")
         self.stripped.append(trial)
 
 
@@ -117,4 +134,23 @@ def test_the_status_writer_strips_a_trial_once_its_terminal_status_is_written_ne
         await controller.flush()          # once is enough
         assert store.stripped == [done]
         assert store.trials[running]["status"]["phase"] == "Running"
+    asyncio.run(scenario())
+
+
+def test_a_forbidden_strip_is_not_asked_again_for_any_trial():
+    store, clock = RecordingStore(refuse=5, status=403), [1.0]
+    controller, runner, creates, names = two_trials(store, clock)
+
+    async def scenario() -> None:
+        await controller.effects.apply(creates)
+        for i, name in enumerate(names):
+            runner.on_trial_launched(name, 1.0)
+            runner.on_trial_result(name, Result(seq=1, iteration=1, metrics={"loss": 0.5}, timestamp=1.0), 1.0)
+            runner.on_trial_completed(name, 2.0 + i)
+            controller.ctx.touched.add(name)
+            clock[0] = 10.0 + 100 * i
+            await controller.flush()
+            assert store.trials[name]["status"]["phase"] == "Succeeded"
+        assert store.asked == 1 and store.stripped == []      # the second Trial's strip is not sent
+        assert not controller.status.fields_strip and controller.status.failures.condition() is None
     asyncio.run(scenario())

@@ -13,8 +13,12 @@ keeps the live metadata), and once stripped, the API server records nothing for 
 Updates either, so once is enough.  A running Trial keeps its record.
 
 A strip is never needed for the trial's status: one that fails is logged and tried again
-at a later flush, after a backoff, at most ``MAX_TRIES`` times; after a restart, the
-finished Trials that still carry a record are stripped then (level-triggered)."""
+at a later flush, after a backoff, at most ``MAX_TRIES`` times; a refusal retrying cannot
+cure (403: a Role without ``patch`` on trials; 422) ends stripping for the Experiment,
+with one warning.  A restored Experiment (running, or finished with its spec changed
+since) strips its finished Trials that still carry a record; one that finished before
+the restart is not restored at all, so a strip still owed then is left out (the how-to
+troubleshooting page gives the ``kubectl patch`` that does it by hand)."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
@@ -37,20 +41,28 @@ class ManagedFieldsStrip:
 
     def __init__(self) -> None:
         self._due: dict[str, tuple[int, float]] = {}     # name -> (failed tries, not before)
+        self.refused: str | None = None    # why stripping ended for good (a 403, a 422)
 
     def __bool__(self) -> bool:
         return bool(self._due)
 
     def finished(self, name: str, status: Mapping[str, Any]) -> None:
         """A Trial's status was written: once it is terminal, its strip is due (once)."""
-        if status.get("phase") in TERMINAL_PHASES:
+        if status.get("phase") in TERMINAL_PHASES and self.refused is None:
             self._due.setdefault(name, (0, float("-inf")))
 
     def restored(self, trials: Iterable[Mapping[str, Any]]) -> None:
         """After a restart: the finished Trials an earlier run did not strip."""
         for trial in trials:
-            if needs_strip(trial):
+            if needs_strip(trial) and self.refused is None:
                 self._due.setdefault(trial["metadata"]["name"], (0, float("-inf")))
+
+    def refuse(self, why: str) -> bool:
+        """A refusal retrying cannot cure: no more strips; True the first time (warn once)."""
+        first = self.refused is None
+        self.refused = self.refused or why
+        self._due.clear()
+        return first
 
     def due(self, now: float, limit: int = PER_FLUSH) -> list[str]:
         return [name for name, (_, not_before) in self._due.items() if not_before <= now][:limit]
@@ -60,6 +72,8 @@ class ManagedFieldsStrip:
 
     def failed(self, name: str, now: float) -> bool:
         """A strip was refused: tried again after a backoff; True once it is given up."""
+        if self.refused is not None:
+            return True
         tries = self._due.get(name, (0, 0.0))[0] + 1
         if tries >= MAX_TRIES:
             self._due.pop(name, None)

@@ -97,6 +97,11 @@ class StatusWriter:
             try:
                 await ctx.store.strip_managed_fields(name)
             except WriteRefused as error:      # the trial's status is written already: only logged
+                if not error.transient:        # 403 (no patch on trials), 422: not for any Trial
+                    if self.fields_strip.refuse(str(error)):
+                        log.warning("%s/%s: finished Trials' managedFields are not stripped: %s",
+                                    ctx.namespace, ctx.name, error)
+                    return
                 gave_up = self.fields_strip.failed(name, now)
                 log.info("%s/%s: Trial %s: managedFields not stripped%s: %s", ctx.namespace, ctx.name, name,
                          " (given up)" if gave_up else "; tried again later", error)
