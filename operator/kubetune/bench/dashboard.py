@@ -181,6 +181,16 @@ class Process:
         self.process.wait(timeout=60)
 
 
+def wait_kept(cache: str, timeout_s: float = 900.0) -> None:
+    """Until the dashboard has kept a study's page data in ``cache`` (its keeper writes it a
+    round after its warm-up)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(Path(cache).glob("*.study")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the dashboard kept no page data within {timeout_s / 60:.0f} minutes")
+        time.sleep(0.5)
+
+
 def measure_restarts(browser: Browser, url: str, study_id: int, repeats: int) -> dict[str, Any]:
     """Per repeat, in a new cache directory: a new process and its first opening at once
     (nothing kept: it waits for the trials read from the store), then, once that process
@@ -193,11 +203,7 @@ def measure_restarts(browser: Browser, url: str, study_id: int, repeats: int) ->
             try:
                 runs["listen"].append(process.listening)
                 runs["first_nothing_kept"].append(browser.open_page(process.base, study_id)[0])
-                deadline = time.monotonic() + 900
-                while not any(Path(cache).glob("*.study")):   # the keeper writes it a round after its warm-up
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the dashboard kept no page data within 15 minutes")
-                    time.sleep(0.5)
+                wait_kept(cache)
             finally:
                 process.stop()
             process = Process(url, cache)

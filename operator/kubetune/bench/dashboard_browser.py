@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubetune.bench.dashboard import (BENCH_UID, Process, built, commit, optuna_storage, peer_trials, serve_plain)
+from kubetune.bench.dashboard import (BENCH_UID, Process, built, commit, optuna_storage, peer_trials, serve_plain,
+                                      wait_kept)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -52,11 +53,7 @@ def measure_kubetune(browser, url: str, study_id: int, repeats: int, shots: Path
             try:
                 runs["nothing_kept"].append(opened(browser, f"{process.base}/dashboard/studies/{study_id}",
                                                    shots / f"kubetune-{repeat}.png"))
-                deadline = time.monotonic() + 900
-                while not any(Path(cache).glob("*.study")):   # the keeper writes it a round after its warm-up
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the dashboard kept no page data within 15 minutes")
-                    time.sleep(0.5)
+                wait_kept(cache)
             finally:
                 process.stop()
             process = Process(url, cache)
