@@ -6,13 +6,13 @@ that blocks on an event where a test needs a fetch to be under way."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from kubetune.executors.ray.discovery import actor_group
 from kubetune.executors.ray.named_actors import NamedActors
+from unit_helpers import wait_for
 
 
 def actor(name: str) -> dict:
@@ -56,13 +56,6 @@ class Clock:
         return self.now
 
 
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def names(pairs) -> list[str]:
     return sorted(name for _, name in pairs)
 
@@ -83,7 +76,7 @@ def test_everyone_asking_while_one_fetch_is_under_way_gets_that_fetch():
         first = pool.submit(named.actors)
         assert cluster.entered.wait(30)
         rest = [pool.submit(named.actors, "ns/a/") for _ in range(askers - 1)]
-        wait_until(lambda: named.waiting == askers - 1)    # all queued behind the one fetch
+        wait_for(lambda: named.waiting == askers - 1, timeout=30.0)    # all queued behind the one fetch
         cluster.release()
         assert names(first.result(30)) == [A1, A2, B1]
         assert all(names(f.result(30)) == [A1, A2] for f in rest)
@@ -161,7 +154,7 @@ def test_when_the_fetch_fails_its_caller_sees_the_error_and_a_waiter_fetches_aga
         failing = pool.submit(named.actors)
         assert cluster.entered.wait(30)
         waiter = pool.submit(named.actors)
-        wait_until(lambda: named.waiting == 1)
+        wait_for(lambda: named.waiting == 1, timeout=30.0)
         cluster.release()
         with pytest.raises(ConnectionError):
             failing.result(30)
