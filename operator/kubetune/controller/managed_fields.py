@@ -24,10 +24,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from kubetune.controller.write_failures import backoff
+from kubetune.core.types import TrialPhase
 
 MAX_TRIES = 3
 PER_FLUSH = 16          # strips a flush sends at once (the rest wait for the next flush)
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Stopped"})
+TERMINAL_PHASES = frozenset(phase.value for phase in TrialPhase if phase.is_terminal)   # as written in status
 
 
 def needs_strip(trial: Mapping[str, Any]) -> bool:
