@@ -22,6 +22,7 @@ which applies, observes and checks with the same code, kubetune.bench.scale):
 from __future__ import annotations
 
 import secrets
+import time
 
 import pytest
 
@@ -56,16 +57,21 @@ def small_ray():
         head.cleanup()
 
 
-def starved_beyond(planned: list[shapes.Planned], runs: list[fairness.Runs]) -> list[str]:
+def starved_beyond(planned: list[shapes.Planned], runs: list[fairness.Runs], killed_at: float) -> list[str]:
     """The Experiments that waited while more than three quarters of what could complete
     meanwhile did: of the alike ones (``many``) among themselves, and of all the others."""
     many = {p.key for p in planned if p.shape == "many"}
     total = sum(p.trials for p in planned)
     own = {p.key: p.trials for p in planned}
     among_many = fairness.starvation([r for r in runs if r.key in many])
-    overall = fairness.starvation(runs)
+    streaks = fairness.starvation_streaks(runs)
+    overall = {key: streak.completions for key, streak in streaks.items()}
     print(f"longest starvation among the 20 (other trials' completions): {sorted(among_many.items())}")
     print(f"longest starvation counting every Experiment: {sorted(overall.items())}")
+    first_apply = min(r.applied for r in runs)
+    for key, streak in sorted(streaks.items()):      # when: around the restart, or steady
+        print(f"  {key}: {streak.completions} from {streak.since - first_apply:.1f} s to "
+              f"{streak.until - first_apply:.1f} s after the first apply (SIGKILL at {killed_at - first_apply:.1f} s)")
     return ([f"{key}: {n} of the 20 Experiments' trials (bound {STARVATION_BOUND})"
              for key, n in among_many.items() if n > STARVATION_BOUND]
             + [f"{key}: {n} of all the others' trials (bound {(total - own[key]) * 3 // 4})"
@@ -104,6 +110,7 @@ def test_twenty_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_
                      and observer.trials_finished([big.key]) > 0, timeout=900, interval=0.2,
                      message=f"half of the 20 Experiments' {many_total} trials and some of the big one's finished")
             operator.kill()
+            killed_at = time.time()
             at_kill = (observer.trials_finished(many_keys), observer.trials_finished([big.key]))
             operator.start()
             assert at_kill[0] < many_total and at_kill[1] < BIG_TRIALS, (
@@ -123,7 +130,7 @@ def test_twenty_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_
 
             applied = {key: observer.experiments[key].applied for key in keys}
             runs = fairness.runs_of(planned, verdict.trials_by_key, applied)
-            assert starved_beyond(planned, runs) == []
+            assert starved_beyond(planned, runs, killed_at) == [], operator.log()[-3000:]
             # the strip follows each final status write, also across the restart
             wait_for(lambda: with_managed_fields(observer.custom, namespaces) == [], timeout=60, interval=1.0,
                      message="every finished Trial's managedFields stripped")

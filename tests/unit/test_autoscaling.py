@@ -187,14 +187,56 @@ def test_request_names_held_and_waiting_bundles_and_is_withdrawn_when_nothing_wa
     asyncio.run(scenario())
 
 
-def test_unreadable_node_types_make_the_cluster_unavailable_not_fixed_size():
+def test_unreadable_node_types_leave_growth_unknown_not_fixed_size():
+    # what fits the nodes starts; a trial no node fits waits (it is not failed as
+    # infeasible on a cluster that may well grow) until the node types are read
     async def scenario():
+        clock = Clock()
         executor = ScriptedExecutor([{"CPU": 2}], fail_node_types="cannot read the autoscaler's node types")
-        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=Clock())
-        assert not await handle.ensure_connected()
-        assert handle.last_error == "cannot reach Ray at 10.0.0.1:6379: cannot read the autoscaler's node types"
-        assert not handle.ledger.capacity_known
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected() and handle.last_error == ""
+        ledger = handle.ledger
+        assert ledger.capacity_known and not ledger.growth_known and not ledger.autoscaling
+        assert ledger.feasibility([Resources(cpu=1, gpu=1)]) is None
+        assert ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
+        executor.fail_node_types, executor._node_types = "", None   # the head answers: it cannot grow
+        clock.now += 5                            # past the retry's backoff and the refresh interval
+        await handle.refresh_capacity()
+        await asyncio.wait_for(_until(lambda: handle._growth.known), 5)
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert ledger.growth_known and not ledger.autoscaling
+        assert ledger.feasibility([Resources(cpu=1, gpu=1)]) == "needs 1 GPU per bundle; the largest node offers 0 GPU"
     asyncio.run(scenario())
+
+
+def test_a_slow_head_does_not_hold_up_placement_past_the_first_wait(monkeypatch):
+    # the read is a task on the head: on a busy head it took 30 s and more, and nothing
+    # was placed meanwhile (a restarted operator beside dozens of starting actors)
+    import threading
+    from kubetune.executors.ray import growth
+    monkeypatch.setattr(growth, "FIRST_WAIT_S", 0.05)
+    answered = threading.Event()
+
+    async def scenario():
+        executor = ScriptedExecutor([{"CPU": 2}])
+        executor.node_types = lambda: answered.wait(30) and [Resources(cpu=4, gpu=1)]
+        clock = Clock()
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()                 # not waiting for the head
+        assert handle.ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
+        assert not handle.ledger.growth_known
+        answered.set()
+        await asyncio.wait_for(_until(lambda: handle._growth.known), 30)
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert handle.ledger.autoscaling and handle.ledger.node_shapes()[1] == [Resources(cpu=4, gpu=1)]
+    asyncio.run(scenario())
+
+
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
 
 
 def test_an_experiment_that_finishes_with_trials_queued_withdraws_their_request():

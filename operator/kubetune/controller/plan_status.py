@@ -16,7 +16,7 @@ from kubetune.spec.model import ExperimentSpec
 
 
 def node_types(ledger: ResourceLedger | None) -> list[NodeType] | None:
-    if ledger is None or not ledger.capacity_known:
+    if ledger is None or not ledger.growth_known:     # unknown until the node types are read
         return None
     nodes, autoscaled = ledger.node_shapes()
     grouped: dict[str, tuple[Any, int]] = {}

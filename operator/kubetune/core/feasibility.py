@@ -4,7 +4,7 @@ where bundles go on nodes (first fit).  The ledger's words for a waiting trial l
 too (core/resources.py); pure."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kubetune.spec.quantities import format_memory
 from kubetune.spec.resources import Resources, TrialResources, _fmt
@@ -45,6 +45,22 @@ def first_fit(bundles: list[Resources], free_per_node: list[Resources]) -> list[
         else:
             return None
     return placement
+
+
+def short_kinds(bundles: list[Resources], free_per_node: list[Resources],
+                free: Callable[[], Resources]) -> set[str]:
+    """The resources a request is blocked on right now (empty if it would fit):
+    those short in total (``free()``: what the whole cluster has free), else, when it is
+    enough in total but fragmented across nodes, those no single node has enough of."""
+    free_nodes = list(free_per_node)
+    if first_fit(bundles, free_nodes) is not None:
+        return set()
+    demand, free_now = total_of(bundles), free()
+    short = {k for k in demand.kinds() if demand.amount(k) > free_now.amount(k) + 1e-9}
+    if not short:
+        short = {k for b in bundles for k in b.kinds()
+                 if b.amount(k) > max((n.amount(k) for n in free_nodes), default=0.0) + 1e-9}
+    return short or set(demand.kinds())
 
 
 def describe_amount(kind: str, value: float) -> str:

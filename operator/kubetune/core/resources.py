@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from kubetune.core.feasibility import (WAITING_FOR_STARTING, WAITING_ITS_TURN, amount_only as _amount_only,
                                       describe_amount, first_fit, infeasibility, kind_order as _kind_order,
-                                      nodes_text as _nodes, total_of, trial_bundles)
+                                      nodes_text as _nodes, short_kinds, total_of, trial_bundles)
 from kubetune.core.fair_share import (Line, Waiting as _Waiting, append_key, fair_keys, groups, kept_for_starting,
                                       unregistered_key)
 from kubetune.spec.resources import Resources
@@ -30,6 +30,7 @@ class ResourceLedger:
         self._total = Resources()
         self._nodes: list[Resources] = []
         self._node_types: list[Resources] | None = None
+        self._growth_known = False              # the node types were read (set_capacity)
         self._known = False                     # capacity never reported: nobody may start yet
         self._held: dict[str, list[tuple[int, Resources]]] = {}   # owner -> (node index, bundle)
         self._held_total: dict[str, Resources] = {}   # owner -> its bundles summed
@@ -47,16 +48,18 @@ class ResourceLedger:
     # ------------------------------------------------------------ capacity
 
     def set_capacity(self, total: Resources, nodes: list[Resources] | None = None,
-                     node_types: list[Resources] | None = None) -> None:
+                     node_types: list[Resources] | None = None, growth_known: bool = True) -> None:
         """The cluster's shape: ``nodes`` is the full capacity of each live node (as the platform
         reports it; the ledger subtracts what it granted itself), defaulting to one node
         holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
-        None when the cluster cannot grow."""
+        None when the cluster cannot grow. ``growth_known`` False: they are still being read
+        (a task on a busy head can take a minute): what fits the nodes starts meanwhile, and
+        nothing is called infeasible until they are known."""
         nodes = list(nodes) if nodes else [total]
-        node_types = list(node_types) if node_types is not None else None
+        node_types = list(node_types) if node_types is not None and growth_known else None
         unplaced = any(index < 0 for placements in self._held.values() for index, _ in placements)
-        if not unplaced and self._known and (total, nodes, node_types) == (self._total, self._nodes,
-                                                                           self._node_types):
+        if not unplaced and self._known and (total, nodes, node_types, growth_known) == (
+                self._total, self._nodes, self._node_types, self._growth_known):
             # the same shape (every refresh, every 2 s) and every holding on a node: the line and
             # placements stand; the first in line is woken again in case it let its turn pass
             self._woken = None
@@ -64,7 +67,7 @@ class ResourceLedger:
             return
         self._total = total
         self._nodes = nodes
-        self._node_types = node_types
+        self._node_types, self._growth_known = node_types, growth_known
         self._known = True
         self._line = None
         self._node_free = list(self._nodes)
@@ -138,6 +141,10 @@ class ResourceLedger:
     @property
     def capacity_known(self) -> bool:
         return self._known
+
+    @property
+    def growth_known(self) -> bool:
+        return self._known and self._growth_known
 
     @property
     def total(self) -> Resources:
@@ -226,8 +233,9 @@ class ResourceLedger:
 
     def feasibility(self, bundles: list[Resources]) -> str | None:
         """None if each bundle could ever be placed on some node (or autoscaler node type);
-        otherwise why not, naming the resource and the largest node. Unknown capacity: None."""
-        if not self._known:
+        otherwise why not, naming the resource and the largest node. Unknown capacity or node
+        types: None."""
+        if not self.growth_known:
             return None
         return infeasibility(bundles, self._nodes, self._node_types)
 
@@ -305,15 +313,7 @@ class ResourceLedger:
     def _short_kinds(self, bundles: list[Resources]) -> set[str]:
         """The resources a request is blocked on right now (empty if it would fit)."""
         self.work["shape_checks"] += 1
-        free_nodes = list(self._node_free)
-        if first_fit(bundles, free_nodes) is not None:
-            return set()
-        demand, free = total_of(bundles), self.free()
-        short = {k for k in demand.kinds() if demand.amount(k) > free.amount(k) + 1e-9}
-        if not short:   # enough in total, but fragmented across nodes
-            short = {k for b in bundles for k in b.kinds()
-                     if b.amount(k) > max((n.amount(k) for n in free_nodes), default=0.0) + 1e-9}
-        return short or set(demand.kinds())
+        return short_kinds(bundles, self._node_free, self.free)
 
     def blockers(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> list[str]:
         """Owners ahead in line that ``owner`` must not overtake.

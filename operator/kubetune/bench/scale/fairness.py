@@ -159,11 +159,26 @@ def summarize(experiments: Sequence[Runs], computed: Shares) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Streak:
+    """An Experiment's longest deprivation: ``completions`` of other Experiments' trials
+    in a row, the first of them at ``since`` and the last at ``until`` (trial clocks)."""
+    completions: int = 0
+    since: float = 0.0
+    until: float = 0.0
+
+
 def starvation(experiments: Iterable[Runs]) -> dict[str, int]:
     """Per Experiment, the longest run of other Experiments' trial completions it saw
     while deprived (work waiting, fewer trials running than its parallelism, none
     started in between).  Ordered by the trials' own start and end times: no duration
     enters, only the order of events."""
+    return {key: streak.completions for key, streak in starvation_streaks(experiments).items()}
+
+
+def starvation_streaks(experiments: Iterable[Runs]) -> dict[str, Streak]:
+    """``starvation`` with when each longest streak happened (to tell, say, a restart's
+    restore order from a steady unfairness)."""
     experiments = list(experiments)
     events: list[tuple[float, int, str]] = []       # ends (0) before starts (1) at the same moment
     for e in experiments:
@@ -173,20 +188,22 @@ def starvation(experiments: Iterable[Runs]) -> dict[str, int]:
     by_key = {e.key: e for e in experiments}
     started = {k: 0 for k in by_key}
     running = {k: 0 for k in by_key}
-    streak = {k: 0 for k in by_key}
-    longest = {k: 0 for k in by_key}
+    streak = {k: Streak() for k in by_key}
+    longest = {k: Streak() for k in by_key}
     while events:
         moment, kind, key = heapq.heappop(events)
         if kind == 1:
             started[key] += 1
             running[key] += 1
-            streak[key] = 0
+            streak[key] = Streak()
             continue
         running[key] -= 1
         for k, e in by_key.items():
             deprived = (k != key and e.applied <= moment and started[k] < len(e.trials)
                         and running[k] < e.parallelism)
             if deprived:
-                streak[k] += 1
-                longest[k] = max(longest[k], streak[k])
+                now = streak[k]
+                streak[k] = Streak(now.completions + 1, now.since if now.completions else moment, moment)
+                if streak[k].completions > longest[k].completions:
+                    longest[k] = streak[k]
     return longest

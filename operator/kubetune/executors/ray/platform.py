@@ -38,6 +38,7 @@ from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
 from kubetune.executors.ray.connection import RayConnection
 from kubetune.executors.ray.errors import RayUnavailableError
+from kubetune.executors.ray.growth import GrowthReader
 from kubetune.executors.ray import sandbox
 from kubetune.executors.ray.outage import STUCK_CALL_CHECK_S, outage_bounded
 from kubetune.spec import ray_allowlist
@@ -75,6 +76,7 @@ class RayPlatform(ExecutorPlatform):
         self.executor: RayConnection | None = None
         self._lock = asyncio.Lock()
         self._capacity_at = float("-inf")
+        self._growth = GrowthReader(clock)     # the autoscaler's node types (growth.py)
         self._next_attempt = 0.0
         self._backoff = 1.0
         self.last_error = ""
@@ -174,6 +176,7 @@ class RayPlatform(ExecutorPlatform):
             self.executor = None
             self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
             self._requested, self._capacity_at = None, float("-inf")
+            self._growth.forget()
             self.retired = True
             await self.in_thread(executor.close)
             if self._threads is not None:     # its threads go with it, until the next use
@@ -213,11 +216,12 @@ class RayPlatform(ExecutorPlatform):
         if not force and now - self._capacity_at < CAPACITY_REFRESH_SECONDS:
             return
         capacity = await self.in_thread(self.executor.cluster_resources)
-        # a Ray call (the first one reads the autoscaler's config on the head): in a thread
-        node_types = await self.in_thread(self.executor.node_types)
+        # read beside placement, not before it (growth.py: a busy head takes a minute)
+        executor = self.executor
+        growth_known, node_types = await self._growth.current(lambda: self.in_thread(executor.node_types))
         self.ledger.set_capacity(Resources.from_ray(capacity.total),
                                  [Resources.from_ray(node.total) for node in capacity.nodes] or None,
-                                 node_types)
+                                 node_types, growth_known=growth_known)
         self._capacity_at = now
         await self._sync_autoscaler_request()
 
