@@ -196,7 +196,7 @@ def test_unreadable_node_types_leave_growth_unknown_not_fixed_size():
         handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected() and handle.last_error == ""
         ledger = handle.ledger
-        assert ledger.capacity_known and not ledger.growth_known and not ledger.autoscaling
+        assert ledger.capacity_known and not ledger.growth_known and ledger.autoscaling
         assert ledger.feasibility([Resources(cpu=1, gpu=1)]) is None
         assert ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
         executor.fail_node_types, executor._node_types = "", None   # the head answers: it cannot grow

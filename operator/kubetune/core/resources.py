@@ -151,8 +151,8 @@ class ResourceLedger:
         return self._total
 
     @property
-    def autoscaling(self) -> bool:
-        return self._node_types is not None
+    def autoscaling(self) -> bool:     # may grow (so queued demand is a scale-up request)
+        return self._node_types is not None or not self._growth_known
 
     def used(self) -> Resources:
         if self._used is None:      # asked for every queued trial's reason: summed once per change
