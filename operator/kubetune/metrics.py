@@ -155,10 +155,24 @@ class StateCollector(Collector):
 
         up = GaugeMetricFamily("kubetune_ray_connected", "1 while the Ray cluster answers, else 0",
                                labels=["address"])
+        # the live figures a queued Trial's message leaves out (core/feasibility.py): its
+        # status is written when what it waits for changes, not at every grant or release
+        capacity = GaugeMetricFamily("kubetune_cluster_capacity",
+                                     "Resources of the cluster's nodes as the operator's ledger knows them",
+                                     labels=["address", "resource"])
+        free = GaugeMetricFamily("kubetune_cluster_free",
+                                 "Resources of the cluster not held by this operator's trials",
+                                 labels=["address", "resource"])
         for handle in handles:
             if not handle.retired:   # ended for want of use: nobody waits for it
                 up.add_metric([handle.address], 1.0 if handle.connected else 0.0)
+                if handle.ledger.capacity_known:
+                    for kind, amount in sorted(handle.ledger.total.to_ray().items()):
+                        capacity.add_metric([handle.address, kind], amount)
+                        free.add_metric([handle.address, kind], handle.ledger.free().amount(kind))
         yield up
+        yield capacity
+        yield free
 
 
 def _results_writer_metrics(writer: Any) -> Iterator[GaugeMetricFamily]:

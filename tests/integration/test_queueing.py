@@ -17,6 +17,7 @@ from autoscaler_fixtures import autoscaler_status, gpus_present, requested_bundl
 from k8s_helpers import condition, create, experiment, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from kubetune.controller.conditions import parse_rfc3339
+from kubetune.core.feasibility import WAITING_AHEAD
 
 pytestmark = pytest.mark.integration
 
@@ -109,12 +110,12 @@ def test_gpu_trials_queue_while_the_autoscaler_adds_nodes(autoscaling_operator, 
 
     # queued with the reason, on the Trials and summed up on the Experiment
     trial_reasons = {m for s in samples for m in s["queued_messages"]}
-    assert "waiting for 1 GPU (0 free of 0); scale-up requested" in trial_reasons, trial_reasons
-    summaries = {s["queue_reason"] for s in samples}
-    assert any(re.fullmatch(r"[1-6] trials? queued: each needs 1 GPU, 0 free; scale-up requested", r)
-               for r in summaries), summaries
+    none_yet = "waiting for 1 GPU: the cluster has 0 GPU; scale-up requested"
+    assert none_yet in trial_reasons, trial_reasons
+    summaries = {s["queue_reason"] for s in samples}     # how many wait is in trialCounts, not here
+    assert none_yet in summaries, summaries
     queued_conditions = [s["queued_condition"] for s in samples if s["queued_condition"]]
-    assert any(c["status"] == "True" and c["reason"] == "TrialsQueued" and "each needs 1 GPU" in c["message"]
+    assert any(c["status"] == "True" and c["reason"] == "TrialsQueued" and c["message"] == none_yet
                for c in queued_conditions), queued_conditions
     # the demand reached the autoscaler (held and queued trials: one GPU each) ...
     assert max(s["requested_gpus"] for s in samples) == 6
@@ -177,7 +178,7 @@ def test_two_experiments_share_the_cluster_and_priority_goes_first(autoscaling_o
         wait_for(lambda: list(phases(api, ns, "high").values()) == ["Queued", "Queued"],
                  timeout=60, interval=0.2, message="high: 2 queued")
         # the Trials' phases and the Experiment's summary are separate writes: wait for the summary
-        expected = "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+        expected = f"waiting for 1 GPU of the cluster's 2: {WAITING_AHEAD}; scale-up requested"
         wait_for(lambda: (get_experiment(api, ns, "high").get("status") or {}).get("queueReason") == expected,
                  timeout=30, interval=0.2, message=f"high's queueReason {expected!r}")
     finally:
@@ -213,10 +214,10 @@ def test_two_bundle_trial_starts_only_when_both_bundles_fit(autoscaling_operator
             status = (items[0].get("status") or {}) if items else {}
             return status.get("message", "") if status.get("phase") == "Queued" else ""
 
-        # both GPU nodes up, one GPU free: not enough for the pair, and nothing of it is reserved
-        wait_for(lambda: pair_queue_reason() == "waiting for 2 GPU (1 free of 2); scale-up requested",
-                 timeout=120, interval=0.2, message="pair-0 queued with one of two GPUs free")
-        expected = "1 trial queued: each needs 2 GPU, 1 free; scale-up requested"
+        # both GPU nodes up, one GPU held: not enough for the pair, and nothing of it is reserved
+        expected = f"waiting for 2 GPU of the cluster's 2: {WAITING_AHEAD}; scale-up requested"
+        wait_for(lambda: pair_queue_reason() == expected,
+                 timeout=120, interval=0.2, message="pair-0 queued with one of two GPUs held")
         wait_for(lambda: (get_experiment(api, ns, "pair").get("status") or {}).get("queueReason") == expected,
                  timeout=30, interval=0.2, message=f"pair's queueReason {expected!r}")
         assert not [pg for pg in ray.util.placement_group_table().values() if f"/{ns}/pair/" in pg["name"]]
@@ -244,7 +245,7 @@ def test_queue_timeout_fails_a_trial_that_waits_too_long(autoscaling_operator, e
     failed = wait_condition(api, ns, "patient", "Failed", timeout=60, operator=autoscaling_operator)
     (trial,) = trials(api, ns, "patient")
     assert (trial["status"]["phase"], trial["status"]["reason"]) == ("Failed", "QueueTimeout")
-    assert re.fullmatch(r"queued for [5-9]s \(queueTimeout 5s\): waiting for 3 GPU \([0-2] free of [0-2]\); "
+    assert re.fullmatch(r"queued for [5-9]s \(queueTimeout 5s\): waiting for 3 GPU: the cluster has [0-2] GPU; "
                         r"scale-up requested", trial["status"]["message"]), trial["status"]["message"]
     assert "startTime" not in trial["status"]
     assert failed["status"]["trialCounts"]["failed"] == 1

@@ -62,13 +62,14 @@ def gpu_ledger(nodes: int, node_types: list[Resources] | None = (GPU,)) -> Resou
     return ledger
 
 
-def test_summary_counts_queued_trials_and_says_what_each_needs():
+def test_summary_says_what_the_queued_trials_wait_for_not_how_many():
+    """How many are queued is in the Experiment's counts: the words stay while it moves."""
     ledger = gpu_ledger(0)
     owners = [f"ns/exp/exp-{i}" for i in range(3)]
     for owner in owners:
         ledger.set_waiting(owner, [Resources(cpu=0.5, gpu=1)])
-    assert ledger.queue_summary(owners) == "3 trials queued: each needs 1 GPU, 0 free; scale-up requested"
-    assert ledger.queue_summary(owners[:1]) == "1 trial queued: each needs 1 GPU, 0 free; scale-up requested"
+    assert ledger.queue_summary(owners) == "waiting for 1 GPU: the cluster has 0 GPU; scale-up requested"
+    assert ledger.queue_summary(owners[:1]) == ledger.queue_summary(owners)
     assert ledger.queue_summary(["ns/exp/unknown"]) == ""
 
 
@@ -76,7 +77,7 @@ def test_summary_of_a_multi_bundle_trial_on_a_cluster_that_cannot_grow():
     ledger = gpu_ledger(2, node_types=None)
     assert ledger.try_acquire("ns/other/t", [Resources(cpu=1, gpu=1)])
     ledger.set_waiting("ns/exp/pair", [Resources(cpu=0.5, gpu=1)] * 2)
-    assert ledger.queue_summary(["ns/exp/pair"]) == "1 trial queued: each needs 2 GPU, 1 free"
+    assert ledger.queue_summary(["ns/exp/pair"]) == f"waiting for 2 GPU of the cluster's 2: in use, or kept for requests ahead in line (fair sharing)"
 
 
 def test_summary_of_a_fragmented_cluster_says_one_node_is_needed():
@@ -84,7 +85,7 @@ def test_summary_of_a_fragmented_cluster_says_one_node_is_needed():
     ledger.set_capacity(Resources(cpu=4), [Resources(cpu=2)] * 2, None)
     ledger.set_waiting("ns/exp/big", [Resources(cpu=3)])
     assert ledger.queue_summary(["ns/exp/big"]) == \
-        "1 trial queued: waiting for 3 CPU on one node (4 CPU free across 2 nodes)"
+        "waiting for 3 CPU on one node (enough is free in all, split across 2 nodes)"
 
 
 # ---------------------------------------------------------------- Queued condition
@@ -100,7 +101,7 @@ def queued_condition(status: dict) -> dict | None:
 
 
 def test_queued_condition_follows_the_queue():
-    reason = "2 trials queued: each needs 1 GPU, 0 free; scale-up requested"
+    reason = "waiting for 1 GPU: the cluster has 0 GPU; scale-up requested"
     never = render.experiment_status(summary(0), total=10, previous={}, generation=1, now=0.0, suspended=False)
     assert queued_condition(never) is None
     queued = render.experiment_status(summary(2, reason), total=10, previous=never, generation=1, now=1.0,

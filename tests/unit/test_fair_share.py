@@ -8,6 +8,7 @@ from collections import Counter
 from hypothesis import given, settings, strategies as st
 
 from kubetune.core.fair_share import fair_keys, groups
+from kubetune.core.feasibility import waiting_for_room
 from kubetune.core.resources import ResourceLedger, Resources
 
 CPU = [Resources(cpu=1.0)]
@@ -163,8 +164,11 @@ def test_namespace_weights_come_from_the_operator_flag():
 
 
 def test_a_queued_trials_words_stay_the_same_while_the_line_moves():
-    """Each change of a queued Trial's message is a status write: its place in line, which
-    moves with every grant, is not in it."""
+    """Each change of a queued Trial's message is a status write of it (issue 26: 9.3
+    PATCHes per trial with 200 Experiments). Its place in line, the free amount, and
+    whether the room just freed goes to someone ahead all move with every grant and
+    release: none of them is in it. Watched after each release (room free, someone
+    else's turn) and after each grant (nothing free)."""
     ledger = _ledger(1)
     holder = "a/x/t0"
     assert ledger.try_acquire(holder, CPU)
@@ -172,15 +176,17 @@ def test_a_queued_trials_words_stay_the_same_while_the_line_moves():
     for owner in waiting:
         ledger.set_waiting(owner, CPU)
     watched = waiting[-3]
-    said, rounds = set(), 0
+    said, turns, full = set(), 0, 0
     while watched in waiting:
+        said.add(ledger.queue_reason(watched))   # nothing free
+        full += 1
         ledger.release(holder)                  # room for one: whose turn is it?
         if not ledger.next_owner_allowed(watched):
             said.add(ledger.queue_reason(watched))
-            rounds += 1
+            turns += 1
         holder = next(owner for owner in waiting if ledger.try_acquire(owner, CPU))
         waiting.remove(holder)
-    assert rounds >= 3 and len(said) == 1 and "waiting for its turn" in said.pop()
+    assert turns >= 3 and full >= 3 and said == {waiting_for_room("CPU", 1, 1)}, said
 
 
 def _first_cycle(ledger: ResourceLedger, experiment: str, parallelism: int, woken: list[str] | None = None) -> int:
@@ -247,7 +253,7 @@ def test_room_kept_for_a_starting_experiment_frees_when_it_gives_up():
     woken = []
     ledger.starting("ns/late/")
     assert _first_cycle(ledger, "ns/a/", 2) == 1
-    assert ledger.queue_reason("ns/a/t1").startswith("waiting for its turn: the Experiments starting")
+    assert ledger.queue_reason("ns/a/t1") == waiting_for_room("CPU", 1, 2)      # room kept for the starter
     ledger.watch("ns/a/", lambda: woken.append("a"))
     ledger.watch("ns/late/", lambda: None)     # watching is not asking: the room stays kept
     assert not ledger.try_acquire("ns/a/t1", CPU) and woken == []

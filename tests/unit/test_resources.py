@@ -132,14 +132,19 @@ def test_infeasible_names_resource_and_largest_node():
     assert "no single node" in mixed.feasibility([Resources(cpu=4, gpu=1)])
 
 
-def test_queue_reason_counts_and_scale_up():
+def test_queue_reason_names_the_request_the_cluster_and_scale_up():
     led = ledger([Resources(cpu=8, gpu=2)], node_types=[Resources(cpu=8, gpu=2)])
     assert led.try_acquire("a", [Resources(cpu=1, gpu=2)])
     led.set_waiting("b", [Resources(cpu=1, gpu=1)])
-    assert led.queue_reason("b") == "waiting for 1 GPU (0 free of 2); scale-up requested"
+    assert led.queue_reason("b") == ("waiting for 1 GPU of the cluster's 2: in use, or kept for requests ahead "
+                                     "in line (fair sharing); scale-up requested")
+    # more than the cluster has (it can grow into it, or feasibility failed the Experiment)
     no_scaling = ledger([Resources(cpu=2)])
     no_scaling.set_waiting("c", [cpu(4)])
-    assert no_scaling.queue_reason("c") == "waiting for 4 CPU (2 free of 2)"
+    assert no_scaling.queue_reason("c") == "waiting for 4 CPU: the cluster has 2 CPU"
+    empty = ledger([Resources(cpu=8)], node_types=[Resources(cpu=8, gpu=1)])
+    empty.set_waiting("d", [Resources(cpu=1, gpu=1)])
+    assert empty.queue_reason("d") == "waiting for 1 GPU: the cluster has 0 GPU; scale-up requested"
 
 
 def test_autoscaler_request_includes_held_and_waiting():
@@ -161,7 +166,7 @@ def test_longest_waiting_gets_freed_resources_first():
     led.release("running")
     # exp-b asks first after the release, but exp-a waited longer and fits now.
     assert not led.try_acquire("exp-b/t0", [Resources(cpu=1, gpu=1)])
-    assert "waiting for its turn" in led.queue_reason("exp-b/t0")
+    assert "kept for requests ahead in line" in led.queue_reason("exp-b/t0")
     assert led.try_acquire("exp-a/t0", [Resources(cpu=1, gpu=1)])
     assert not led.is_waiting("exp-a/t0")
 

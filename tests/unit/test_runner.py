@@ -180,8 +180,9 @@ def test_queued_until_resources_free_with_reason():
     assert len(of_type(first, LaunchTrial)) == 2
     queued = of_type(first, TrialPhaseChanged)
     assert [d.phase for d in queued] == [TrialPhase.QUEUED] * 2
-    assert queued[0].message == "waiting for 2 CPU (0 free of 4); scale-up requested"
-    assert runner.summary(0.0).queue_reason == "2 trials queued: each needs 2 CPU, 0 free; scale-up requested"
+    assert queued[0].message == ("waiting for 2 CPU of the cluster's 4: in use, or kept for requests ahead "
+                                 "in line (fair sharing); scale-up requested")
+    assert runner.summary(0.0).queue_reason == queued[0].message
     assert ledger.waiting_bundles() == [Resources(cpu=2)] * 2
     assert runner.step(1.0) == []          # no change, no write
     sim = Simulator(runner, quadratic, now=1.0)

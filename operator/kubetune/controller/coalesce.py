@@ -78,3 +78,11 @@ class WriteCoalescer:
     def pending(self) -> list[str]:
         """The keys with a status still to write."""
         return list(self._wanted)
+
+
+def differs_beyond(written: Mapping[str, Any], status: Mapping[str, Any], volatile: tuple[str, ...]) -> bool:
+    """True if ``status`` says anything ``written`` does not, leaving out the ``volatile``
+    top-level fields (figures that move with every result: a change of them alone can
+    wait for a longer interval, or go out with the next change that matters)."""
+    keys = (set(written) | set(status)) - set(volatile)
+    return any(written.get(key) != status.get(key) for key in keys)

@@ -1,7 +1,8 @@
 """The status writer: renders the Trials' and the Experiment's status from the runner,
 and writes what changed, coalesced (controller/coalesce.py): a phase change at once,
 metrics at most every TRIAL_METRICS_WRITE_INTERVAL per Trial, the summary at most
-every EXPERIMENT_WRITE_INTERVAL.  A write the API refuses is retried with backoff and
+every EXPERIMENT_WRITE_INTERVAL, and a change of its usage alone at most every
+EXPERIMENT_USAGE_WRITE_INTERVAL.  A write the API refuses is retried with backoff and
 surfaced (write_failures.py), never raised: the other objects are written meanwhile.
 A Trial whose terminal status is written then loses its managedFields (managed_fields.py)."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ from kubetune import metrics
 from kubetune.controller import render
 from kubetune.controller.plan_status import PlanStatus
 from kubetune.controller.usage_metrics import UsageCounters
-from kubetune.controller.coalesce import WriteCoalescer
+from kubetune.controller.coalesce import WriteCoalescer, differs_beyond
 from kubetune.controller.context import ExperimentContext, log
 from kubetune.controller.managed_fields import ManagedFieldsStrip
 from kubetune.controller.merge_patch import merge_patch
@@ -27,7 +28,11 @@ from kubetune.k8s.errors import WriteRefused
 TRIAL_METRICS_WRITE_INTERVAL = 2.0      # seconds between metric-only writes of one Trial
 TRIAL_START_WRITE_DELAY = 1.0           # a trial's Running is written this late: short trials get one write
 EXPERIMENT_WRITE_INTERVAL = 1.0         # seconds between summary writes of the Experiment
+# status.usage grows with every result: a change of it alone waits this long (it goes out
+# with any other change; the live figures are the kubetune_*_seconds_total counters)
+EXPERIMENT_USAGE_WRITE_INTERVAL = 30.0
 FINISH_WAITS_FOR_TRIALS_S = 30.0
+VOLATILE_EXPERIMENT_FIELDS = ("usage",)
 
 
 class StatusWriter:
@@ -204,6 +209,9 @@ class StatusWriter:
             return
         phase_changed = status.get("phase") != self.written.get("phase")
         if not (force or phase_changed or now - self._written_at >= EXPERIMENT_WRITE_INTERVAL):
+            return
+        if (not force and now - self._written_at < EXPERIMENT_USAGE_WRITE_INTERVAL
+                and not differs_beyond(self.written, status, VOLATILE_EXPERIMENT_FIELDS)):
             return
         if not self.failures.ready("Experiment", now):
             return

@@ -10,14 +10,31 @@ from kubetune.spec.quantities import format_memory
 from kubetune.spec.resources import Resources, TrialResources, _fmt
 
 
-# no place in line: it moves with every grant, each change a write of every queued Trial
-WAITING_ITS_TURN = ("waiting for its turn: requests of higher priority, then of the namespaces and "
-                    "Experiments holding the least of the cluster, go first (fair sharing)")
+# A queued Trial's words are written to its status, and each change is a write of every
+# queued Trial (issue 26: 9.3 status PATCHes per trial with 200 Experiments): they name what
+# the trial waits for and behind what, never what moves with each grant or release (the
+# free amount, its place in line, whether the room just freed is someone else's turn).
+# The exact free amounts are live in the metrics (kubetune_cluster_free).
+WAITING_AHEAD = "in use, or kept for requests ahead in line (fair sharing)"
 
 
-# the second trial of an Experiment while others are still starting (core/fair_share.py)
-WAITING_FOR_STARTING = ("waiting for its turn: the Experiments starting on this cluster get a first trial "
-                        "before this one gets another (fair sharing)")
+def waiting_for_room(kind: str, amount: float, total: float) -> str:
+    """A trial the cluster could hold, waiting while others use or go before it: the same
+    words whether the room is taken right now or just freed for the one first in line
+    (higher priority, the namespace and Experiment holding the least, a starting
+    Experiment's first trial: core/fair_share.py)."""
+    return f"waiting for {describe_amount(kind, amount)} of the cluster's {amount_only(kind, total)}: {WAITING_AHEAD}"
+
+
+def waiting_for_growth(kind: str, amount: float, total: float) -> str:
+    """A trial asking for more than the cluster's nodes offer now (it can grow into it)."""
+    return f"waiting for {describe_amount(kind, amount)}: the cluster has {describe_amount(kind, total)}"
+
+
+def waiting_for_one_node(kind: str, amount: float, nodes: int) -> str:
+    """Enough is free in all, but no one node holds a bundle."""
+    return (f"waiting for {describe_amount(kind, amount)} on one node "
+            f"(enough is free in all, split across {nodes_text(nodes)})")
 
 
 def trial_bundles(resources: TrialResources) -> list[Resources]:

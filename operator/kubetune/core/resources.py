@@ -13,9 +13,8 @@ import bisect
 import itertools
 from typing import Callable, Iterable
 
-from kubetune.core.feasibility import (WAITING_FOR_STARTING, WAITING_ITS_TURN, amount_only as _amount_only,
-                                      describe_amount, first_fit, infeasibility, kind_order as _kind_order,
-                                      nodes_text as _nodes, short_kinds, total_of, trial_bundles)
+from kubetune.core.feasibility import (first_fit, infeasibility, kind_order as _kind_order, short_kinds, total_of,
+                                      trial_bundles, waiting_for_growth, waiting_for_one_node, waiting_for_room)
 from kubetune.core.fair_share import (Line, Waiting as _Waiting, append_key, fair_keys, groups, kept_for_starting,
                                       unregistered_key)
 from kubetune.spec.resources import Resources
@@ -355,44 +354,38 @@ class ResourceLedger:
         return all(line.first_short.get(kind, position) >= position for kind in kinds)
 
     def queue_reason(self, owner: str) -> str:
-        """Why ``owner`` is not running yet, in words for the Trial and Experiment status."""
+        """Why ``owner`` is not running yet, in words for the Trial and Experiment status:
+        what it waits for and behind what, never a figure that moves with each grant or
+        release (each change is a status write of every queued Trial: core/feasibility.py)."""
         entry = self._waiting.get(owner)
         if entry is None:
             return ""
         if not self._known:
             return "waiting for the cluster's capacity to be known"
         suffix = "; scale-up requested" if self.autoscaling else ""
+        demand = total_of(entry.bundles)
         short = self._short_kinds(entry.bundles)
         if short:
-            demand, free = total_of(entry.bundles), self.free()
             kind = min(short, key=_kind_order)
-            if demand.amount(kind) <= free.amount(kind) + 1e-9:
-                return (f"waiting for {describe_amount(kind, max(b.amount(kind) for b in entry.bundles))} "
-                        f"on one node ({describe_amount(kind, free.amount(kind))} free across "
-                        f"{_nodes(len(self._nodes))}){suffix}")
-            return (f"waiting for {describe_amount(kind, demand.amount(kind))} "
-                    f"({_amount_only(kind, free.amount(kind))} free of "
-                    f"{_amount_only(kind, self._total.amount(kind))}){suffix}")
-        if not self.next_owner_allowed(owner):
-            return WAITING_ITS_TURN
-        if self._kept_for_starting(owner):
-            return WAITING_FOR_STARTING
+            if demand.amount(kind) <= self.free().amount(kind) + 1e-9:
+                return waiting_for_one_node(kind, max(b.amount(kind) for b in entry.bundles),
+                                            len(self._nodes)) + suffix
+            if demand.amount(kind) > self._total.amount(kind) + 1e-9:
+                return waiting_for_growth(kind, demand.amount(kind), self._total.amount(kind)) + suffix
+            return waiting_for_room(kind, demand.amount(kind), self._total.amount(kind)) + suffix
+        if not self.next_owner_allowed(owner) or self._kept_for_starting(owner):
+            # it would fit, but the room goes to someone ahead: the words of a full cluster,
+            # which it is again once that one took it
+            kind = min(demand.kinds() or ["CPU"], key=_kind_order)
+            return waiting_for_room(kind, demand.amount(kind), self._total.amount(kind)) + suffix
         return "resources are free; starting at the next step"
 
     def queue_summary(self, owners: list[str]) -> str:
-        """One line for the Experiment about its queued trials ``owners`` (all asking for
-        the same): ``3 trials queued: each needs 1 GPU, 0 free; scale-up requested``."""
+        """What the Experiment's queued trials ``owners`` (all asking for the same) wait
+        for: the words of the first in line. How many wait is in the Experiment's counts."""
         waiting = [(owner, self._waiting[owner]) for owner in owners if owner in self._waiting]
         if not waiting:
             return ""
-        count = f"{len(owners)} trial{'' if len(owners) == 1 else 's'} queued"
         key_of = self._current_line().key_of if self._known else {}
-        first, entry = min(waiting, key=lambda item: key_of.get(item[0], (-item[1].priority, item[1].order)))
-        short = self._short_kinds(entry.bundles) if self._known else set()
-        demand, free = total_of(entry.bundles), self.free()
-        kind = min(short, key=_kind_order) if short else ""
-        if kind and demand.amount(kind) > free.amount(kind) + 1e-9:
-            suffix = "; scale-up requested" if self.autoscaling else ""
-            return (f"{count}: each needs {describe_amount(kind, demand.amount(kind))}, "
-                    f"{_amount_only(kind, free.amount(kind))} free{suffix}")
-        return f"{count}: {self.queue_reason(first)}"
+        first, _ = min(waiting, key=lambda item: key_of.get(item[0], (-item[1].priority, item[1].order)))
+        return self.queue_reason(first)
