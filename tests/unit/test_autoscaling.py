@@ -200,6 +200,11 @@ def test_unreadable_node_types_leave_growth_unknown_not_fixed_size():
         assert ledger.capacity_known and not ledger.growth_known and ledger.autoscaling
         assert ledger.feasibility([Resources(cpu=1, gpu=1)]) is None
         assert ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
+        ledger.set_waiting("ns/e/t1", [Resources(cpu=1, gpu=1)])
+        assert ledger.queue_reason("ns/e/t1").endswith(
+            "; scale-up requested (the autoscaler's node types are unknown: RayUnavailableError: "
+            "Ray at '10.0.0.1:6379' is unavailable: cannot read the autoscaler's node types)")
+        ledger.clear_waiting("ns/e/t1")
         executor.fail_node_types, executor._node_types = "", None   # the head answers: it cannot grow
         clock.now += 5                            # past the retry's backoff and the refresh interval
         await handle.refresh_capacity()
@@ -226,6 +231,13 @@ def test_a_slow_head_does_not_hold_up_placement_past_the_first_wait(monkeypatch)
         handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected()                 # not waiting for the head
         assert handle.ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
+        assert not handle.ledger.growth_known
+        # later refreshes (under the lock every Experiment's step takes) do not wait at all
+        monkeypatch.setattr(growth, "FIRST_WAIT_S", 60.0)
+        for _ in range(3):
+            clock.now += 5
+            await asyncio.wait_for(handle.refresh_capacity(), 10)
+            await asyncio.wait_for(handle.ensure_connected(), 10)
         assert not handle.ledger.growth_known
         answered.set()
         await asyncio.wait_for(_until(lambda: handle._growth.known), 30)
@@ -283,3 +295,26 @@ def test_a_driver_is_not_retired_before_its_request_is_withdrawn():
         clock.now += 10
         assert await handle.retire(handle.uses) and executor.requests[-1] == []
     asyncio.run(scenario())
+
+
+def test_callers_during_the_first_node_types_read_share_it(monkeypatch):
+    # a standby's read ahead and the new leader's refresh: one task on a busy head, not two
+    import threading
+    from kubetune.executors.ray import capacity
+    reads, release = [], threading.Event()
+
+    def read_node_types(timeout_s):
+        reads.append(timeout_s)
+        release.wait(30)
+        return [{"CPU": 4.0, "GPU": 1.0}]
+
+    monkeypatch.setattr(capacity, "read_node_types", read_node_types)
+    types = capacity.NodeTypes("10.0.0.1:6379", rpc_timeout_s=10)
+    answers: list = []
+    callers = [threading.Thread(target=lambda: answers.append(types.get())) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    release.set()
+    for caller in callers:
+        caller.join(30)
+    assert answers == [[Resources(cpu=4, gpu=1)]] * 3 and len(reads) == 1

@@ -30,6 +30,7 @@ class ResourceLedger:
         self._nodes: list[Resources] = []
         self._node_types: list[Resources] | None = None
         self._growth_known = False              # the node types were read (set_capacity)
+        self._growth_cause = ""                 # why they are not, if a read failed
         self._known = False                     # capacity never reported: nobody may start yet
         self._held: dict[str, list[tuple[int, Resources]]] = {}   # owner -> (node index, bundle)
         self._held_total: dict[str, Resources] = {}   # owner -> its bundles summed
@@ -47,16 +48,18 @@ class ResourceLedger:
     # ------------------------------------------------------------ capacity
 
     def set_capacity(self, total: Resources, nodes: list[Resources] | None = None,
-                     node_types: list[Resources] | None = None, growth_known: bool = True) -> None:
+                     node_types: list[Resources] | None = None, growth_known: bool = True,
+                     growth_unknown_because: str = "") -> None:
         """The cluster's shape: ``nodes`` is the full capacity of each live node (as the platform
         reports it; the ledger subtracts what it granted itself), defaulting to one node
         holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
         None when the cluster cannot grow. ``growth_known`` False: they are still being read
         (a task on a busy head can take a minute): what fits the nodes starts meanwhile, and
-        nothing is called infeasible until they are known."""
+        nothing is called infeasible until they are known (queued words say why, if a read failed)."""
         nodes = list(nodes) if nodes else [total]
         node_types = list(node_types) if node_types is not None and growth_known else None
         unplaced = any(index < 0 for placements in self._held.values() for index, _ in placements)
+        self._growth_cause = "" if growth_known else growth_unknown_because
         if not unplaced and self._known and (total, nodes, node_types, growth_known) == (
                 self._total, self._nodes, self._node_types, self._growth_known):
             # the same shape (every refresh, every 2 s) and every holding on a node: the line and
@@ -363,6 +366,8 @@ class ResourceLedger:
         if not self._known:
             return "waiting for the cluster's capacity to be known"
         suffix = "; scale-up requested" if self.autoscaling else ""
+        if self._growth_cause:
+            suffix += f" (the autoscaler's node types are unknown: {self._growth_cause})"
         demand = total_of(entry.bundles)
         short = self._short_kinds(entry.bundles)
         if short:

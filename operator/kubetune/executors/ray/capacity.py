@@ -67,6 +67,7 @@ class NodeTypes:
         self._lock = threading.Lock()
         self._known: tuple[float, list[Resources] | None] | None = None   # (read at, shapes)
         self._reading = False     # a re-read is under way in a thread
+        self._first_read = threading.Lock()   # one first read at a time: the others take its answer
 
     def get(self) -> list[Resources] | None:
         """The shapes (``core.resources.Resources``), or None when the cluster cannot grow."""
@@ -78,7 +79,10 @@ class NodeTypes:
                 threading.Thread(target=self._read, args=(known,), daemon=True, name="ray-node-types").start()
         if known is not None:
             return known[1]
-        return self._read(None)
+        with self._first_read:    # a standby's read ahead and the leader's: one task on the head
+            if self._known is not None:
+                return self._known[1]
+            return self._read(None)
 
     def _read(self, known: tuple[float, list[Resources] | None] | None) -> list[Resources] | None:
         try:

@@ -32,6 +32,7 @@ class GrowthReader:
         self._clock = clock
         self.known = False
         self.shapes: list[Resources] | None = None
+        self.error = ""          # why the last read failed ("" once one succeeded)
         self._task: asyncio.Task | None = None
         self._retry_at = float("-inf")
         self._backoff = 1.0
@@ -40,11 +41,14 @@ class GrowthReader:
                       wait_s: float | None = None) -> tuple[bool, list[Resources] | None]:
         """(known, shapes): starts a read if none is under way (each refresh: once known,
         the executor answers from its own cache, NodeTypes), and waits for it up to
-        ``wait_s`` only while nothing is known yet."""
+        ``wait_s`` (default ``FIRST_WAIT_S``; a connect's refresh) while nothing is known
+        yet.  Other refreshes pass 0: they run under the platform's lock, which every
+        Experiment's step takes, and must not hold it while the head is slow."""
         if self._task is None and self._clock() >= self._retry_at:
             self._task = asyncio.ensure_future(self._read(read))
-        if not self.known and self._task is not None:
-            await asyncio.wait({self._task}, timeout=FIRST_WAIT_S if wait_s is None else wait_s)
+        wait_s = FIRST_WAIT_S if wait_s is None else wait_s
+        if not self.known and self._task is not None and wait_s > 0:
+            await asyncio.wait({self._task}, timeout=wait_s)
         return self.known, self.shapes
 
     async def _read(self, read: Callable[[], Awaitable[list[Resources] | None]]) -> None:
@@ -55,10 +59,11 @@ class GrowthReader:
         except Exception as error:  # noqa: BLE001 - any failure: retried, placement goes on
             log.warning("cannot read the autoscaler's node types yet (next attempt in %.0fs): %s",
                         self._backoff, error)
+            self.error = f"{type(error).__name__}: {error}"[:200]     # said in queued trials' words
             self._retry_at = self._clock() + self._backoff
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
         else:
-            self.known, self.shapes, self._backoff = True, shapes, 1.0
+            self.known, self.shapes, self._backoff, self.error = True, shapes, 1.0, ""
         finally:
             if self._task is asyncio.current_task():    # not a read forget() cancelled
                 self._task = None
@@ -69,3 +74,4 @@ class GrowthReader:
             self._task.cancel()
             self._task = None
         self.known, self.shapes, self._retry_at, self._backoff = False, None, float("-inf"), 1.0
+        self.error = ""

@@ -31,7 +31,11 @@ async def outage_bounded(future: "asyncio.Future[Any]", endpoint: Callable[[], t
     target = endpoint()     # read first: a call that fails on a lost cluster drops its watch
     silent_since: float | None = None
     while True:
-        done, _ = await asyncio.wait({future}, timeout=check_s)
+        try:
+            done, _ = await asyncio.wait({future}, timeout=check_s)
+        except asyncio.CancelledError:
+            future.add_done_callback(_drop_outcome)    # the caller went away: so does the outcome
+            raise
         target = endpoint() or target
         if done:
             try:

@@ -218,10 +218,11 @@ class RayPlatform(ExecutorPlatform):
         capacity = await self.in_thread(self.executor.cluster_resources)
         # read beside placement, not before it (growth.py: a busy head takes a minute)
         executor = self.executor
-        growth_known, node_types = await self._growth.current(lambda: self.in_thread(executor.node_types))
+        growth_known, node_types = await self._growth.current(lambda: self.in_thread(executor.node_types),
+                                                              wait_s=None if force else 0)
         self.ledger.set_capacity(Resources.from_ray(capacity.total),
                                  [Resources.from_ray(node.total) for node in capacity.nodes] or None,
-                                 node_types, growth_known=growth_known)
+                                 node_types, growth_known=growth_known, growth_unknown_because=self._growth.error)
         self._capacity_at = now
         await self._sync_autoscaler_request()
 
