@@ -5,17 +5,18 @@ body equals the dashboard's own view is tests/integration/test_dashboard_storage
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import re
 
 import optuna
 import optuna_dashboard
-from optuna.distributions import FloatDistribution
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 import kubetune
 from kubetune.dashboard import dashboard_compat as odc
-from kubetune.dashboard.detail import trial_json
+from kubetune.dashboard.trial_json import trial_json
 
 
 def study_with_trials() -> optuna.Study:
@@ -39,7 +40,7 @@ def test_each_name_works_as_detail_calls_it():
     front = odc.get_pareto_front_trials(trials=trials, directions=frozen.directions)
     assert [t.number for t in front] == [1]
     intersection, union, user_attrs, has_intermediate = odc.get_cached_extra_study_property(
-        cache, study._study_id, trials)
+        odc.InMemoryCache(), study._study_id, trials)
     assert [name for name, _ in intersection] == ["x"] and has_intermediate
     rest = odc.serialize_study_detail(frozen, [], [], intersection, union, user_attrs, has_intermediate, {}, [])
     assert rest["trials"] == [] and rest["directions"] == ["minimize", "maximize"]
@@ -56,7 +57,7 @@ def test_no_other_module_imports_optuna_dashboards_private_names():
 
 
 def test_a_trials_json_is_what_optuna_dashboards_serializer_makes():
-    """detail.trial_json writes the intermediate values itself (fast): same JSON, with
+    """trial_json writes the intermediate values itself (fast): same JSON, with
     NaN and ±Infinity as the dashboard's strings and steps in order."""
     trial = optuna.trial.create_trial(
         params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, values=[1.0, 2.0], state=TrialState.COMPLETE,
@@ -69,13 +70,23 @@ def test_a_trials_json_is_what_optuna_dashboards_serializer_makes():
     assert trial.intermediate_values[1] != trial.intermediate_values[1]   # the trial itself is left as it was
 
 
-def test_finite_intermediate_values_are_written_as_json_dumps_writes_them():
-    """The finite values' fast path (str.format of a float's repr): the same text as the
-    dashboard's own json.dumps."""
-    values = {2: 100.0, 0: 3.0, 1: 1e16, 3: 1e-7, 4: -0.0, 5: 2 / 3, 6: 12345678.9}
-    trial = optuna.trial.create_trial(params={}, distributions={}, value=1.0, intermediate_values=values)
+def test_finite_floats_parse_as_json_dumps_writes_them():
+    """orjson writes some floats in other words than json.dumps (1e-05 as 0.00001,
+    1e+16 as 1e16): the same numbers once parsed, to the last bit."""
+    values = {2: 100.0, 0: 3.0, 1: 1e16, 3: 1e-7, 4: -0.0, 5: 2 / 3, 6: 12345678.9, 7: 1e-5, 8: 5e-324, 9: 1.7e308}
+    trial = optuna.trial.create_trial(params={}, distributions={}, value=1e-5, intermediate_values=values)
     trial._trial_id = 7
-    ours = trial_json(1, trial, {})
-    theirs = odc.serialize_frozen_trial(1, trial, {})
-    assert json.loads(ours) == json.loads(json.dumps(theirs))
-    assert ours.decode().endswith(f'"intermediate_values": {json.dumps(theirs["intermediate_values"])}}}')
+    ours = json.loads(trial_json(1, trial, {}))
+    assert ours == json.loads(json.dumps(odc.serialize_frozen_trial(1, trial, {})))
+    assert [math.copysign(1, v["value"]) for v in ours["intermediate_values"]][4] == -1.0   # -0.0 kept
+
+
+def test_what_orjson_would_write_otherwise_is_written_by_json_dumps():
+    """A constraint never met (infinite: json.dumps writes Infinity, orjson null) and an
+    integer over 64 bits (orjson refuses): word for word what optuna-dashboard writes."""
+    for params, distributions, constraints in (({"x": 0.5}, {"x": FloatDistribution(0, 1)}, [math.inf, 0.5]),
+                                               ({"n": 1 << 70}, {"n": IntDistribution(0, 1 << 71)}, [0.5])):
+        trial = optuna.trial.create_trial(params=params, distributions=distributions, value=1.0,
+                                          intermediate_values={1: 2.0}, system_attrs={"constraints": constraints})
+        trial._trial_id = 7
+        assert trial_json(1, trial, {}).decode() == json.dumps(odc.serialize_frozen_trial(1, trial, {}))

@@ -10,8 +10,11 @@ the same ``FrozenTrial`` object for a trial until it changes (it rebuilds only t
 trials whose rows or results changed).  So each trial's JSON is made once, keyed by
 that object, and a request joins the pieces it needs; a running Experiment costs only
 the trials that changed.  The pieces are made by optuna-dashboard's own serializers
-(``dashboard_compat``), and the body equals what its own view answers
-(tests/integration/test_dashboard_storage.py checks it), so the page keeps working.
+(``dashboard_compat``) but for the intermediate values, and encoded by orjson
+(``trial_json``: a cold opening's largest cost); the search spaces are folded from a
+few trials (``study_extras``).  The body parses to what its own view answers
+(tests/unit/test_dashboard_json.py, against an Optuna RDBStorage holding the same
+trials; tests/integration/test_dashboard_storage.py), so the page keeps working.
 
 ``StudyDetails.start`` makes every study's body in the background when the dashboard
 starts and keeps it fresh.  That warm-up reads every result (~10 s for a million on an
@@ -21,7 +24,6 @@ has not changed since, checked in a fraction of a second, and the first opening 
 big Experiment does not wait for the warm-up."""
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -35,6 +37,8 @@ from optuna.trial import FrozenTrial, TrialState
 from kubetune.core.optuna_compat import trial_id
 from kubetune.dashboard import dashboard_compat as odc
 from kubetune.dashboard.snapshot import Snapshots
+from kubetune.dashboard.study_extras import extra_study_property
+from kubetune.dashboard.trial_json import trial_json
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +187,7 @@ class StudyDetails:
             pieces = self._pieces.setdefault(study_id, _Pieces())
         with pieces.lock:   # two pages opening a cold study at once make its pieces once
             # the study's own part (its phase may change while its trials do not)
-            intersection, union, union_user_attrs, has_intermediate_values = \
-                odc.get_cached_extra_study_property(self._app_cache, study_id, trials)
+            intersection, union, union_user_attrs, has_intermediate_values = extra_study_property(study_id, trials)
             rest = odc.serialize_study_detail(study, [], [], intersection, union, union_user_attrs,
                                               has_intermediate_values, {}, [])
             del rest["trials"], rest["best_trials"]
@@ -267,39 +270,3 @@ class StudyDetails:
     def stop(self) -> None:
         self._stopped.set()
 
-
-def trial_json(study_id: int, trial: FrozenTrial, system_attrs: dict[str, Any]) -> bytes:
-    """What optuna-dashboard's ``serialize_frozen_trial`` makes, as JSON.  Everything but
-    the intermediate values is made by it (on a copy without them); those it converts
-    with three numpy calls per value (95% of its time for 100 values a trial), so they
-    are written here, in its format: sorted by step, non-finite values as strings."""
-    bare = copy.copy(trial)
-    bare.intermediate_values = {}
-    serialized = odc.serialize_frozen_trial(study_id, bare, system_attrs)
-    del serialized["intermediate_values"]
-    values = _values_json(trial.intermediate_values)
-    # json.dumps as Bottle's own JSON plugin does; the values go in before the closing brace
-    return f'{json.dumps(serialized)[:-1]}, "intermediate_values": [{values}]}}'.encode()
-
-
-_VALUE = '{{"step": {}, "value": {!r}}}'.format   # a float's repr is what json.dumps writes
-
-
-def _values_json(intermediate: dict[int, float]) -> str:
-    """The intermediate values' JSON members, by step.  Finite ones (nearly always) are
-    formatted by C loops (map, str.format): a tenth of the time of a Python loop."""
-    if not intermediate:
-        return ""
-    steps, values = zip(*sorted(intermediate.items()))
-    values = tuple(map(float, values))
-    if all(map(math.isfinite, values)):
-        return ", ".join(map(_VALUE, steps, values))
-    return ", ".join(f'{{"step": {step}, "value": {_number(value)}}}' for step, value in zip(steps, values))
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return '"nan"'
-    if math.isinf(value):
-        return '"inf"' if value > 0 else '"-inf"'
-    return float.__repr__(float(value))   # what json.dumps writes for a float
