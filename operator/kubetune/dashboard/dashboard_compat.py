@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from optuna_dashboard._inmemory_cache import InMemoryCache, get_cached_extra_study_property  # noqa: F401
 from optuna_dashboard._pareto_front import get_pareto_front_trials  # noqa: F401 - re-exported
-from optuna_dashboard._serializer import serialize_frozen_trial, serialize_study_detail  # noqa: F401
+from optuna_dashboard._serializer import (serialize_distribution, serialize_frozen_trial,  # noqa: F401
+                                         serialize_study_detail)
 from optuna_dashboard._storage import get_study, get_trials  # noqa: F401 - re-exported
 
 

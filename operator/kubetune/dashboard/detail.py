@@ -38,7 +38,7 @@ from kubetune.core.optuna_compat import trial_id
 from kubetune.dashboard import dashboard_compat as odc
 from kubetune.dashboard.snapshot import Snapshots
 from kubetune.dashboard.study_extras import extra_study_property
-from kubetune.dashboard.trial_json import trial_json
+from kubetune.dashboard.trial_json import TrialEncoder
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,8 @@ class StudyDetails:
             if pieces.system_attrs != system_attrs:   # notes live there: every piece shows them
                 pieces.by_id, pieces.system_attrs = {}, dict(system_attrs)
             # a new dict each time: a trial gone from the study is forgotten
-            by_id = {trial_id(t): (t, self._piece(pieces.by_id, study_id, t, system_attrs)) for t in trials}
+            encoder = TrialEncoder(study_id, system_attrs)
+            by_id = {trial_id(t): (t, self._piece(pieces.by_id, encoder, t)) for t in trials}
             # the same choice of best trials as optuna-dashboard's view (our studies are never preferential)
             if len(study.directions) > 1:
                 best = odc.get_pareto_front_trials(trials=trials, directions=study.directions)
@@ -209,16 +210,15 @@ class StudyDetails:
                 best = []
             pieces.by_id = by_id
             pieces.parts = _Parts(trials, [by_id[trial_id(t)][1] for t in trials],
-                                  [self._piece(by_id, study_id, t, system_attrs) for t in best], rest_json, made)
+                                  [self._piece(by_id, encoder, t) for t in best], rest_json, made)
             return pieces.parts
 
     @staticmethod
-    def _piece(by_id: dict[int, tuple[FrozenTrial, bytes]], study_id: int, trial: FrozenTrial,
-               system_attrs: dict[str, Any]) -> bytes:
+    def _piece(by_id: dict[int, tuple[FrozenTrial, bytes]], encoder: TrialEncoder, trial: FrozenTrial) -> bytes:
         known = by_id.get(trial_id(trial))
         if known is not None and known[0] is trial:
             return known[1]
-        return trial_json(study_id, trial, system_attrs)
+        return encoder.encode(trial)
 
     def _make_all(self) -> None:
         present = [self._storage.get_study_id_from_name(s.study_name) for s in self._storage.get_all_studies()]

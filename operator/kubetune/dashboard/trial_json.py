@@ -6,9 +6,10 @@ numpy calls, and the standard library's encoder formats a float in ~1 us here: ~
 of CPU for the million even with the values formatted by C loops, most of a cold
 opening (BENCHMARKS.md, Dashboard).  So:
 
-- everything but the intermediate values (and finite values) is still made by
-  optuna-dashboard's serializer (on a copy of the trial without them), so its format
-  stays its own;
+- everything but the parameters, the intermediate values (and finite values) is
+  still made by optuna-dashboard's serializer (on a copy of the trial without them),
+  so its format stays its own; the parameters are listed as it lists them, each
+  distribution's JSON made once by its ``serialize_distribution`` (``TrialEncoder``);
 - the intermediate values are put in as it puts them (by step; NaN and infinities as
   the strings "nan", "inf", "-inf"), the trial's values too when all are finite (as
   they are then: the serializer only changes infinities), and the whole dict is
@@ -29,6 +30,7 @@ import math
 from typing import Any
 
 import orjson
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
 from kubetune.dashboard import dashboard_compat as odc
@@ -36,24 +38,68 @@ from kubetune.dashboard import dashboard_compat as odc
 
 def trial_json(study_id: int, trial: FrozenTrial, system_attrs: dict[str, Any]) -> bytes:
     """What optuna-dashboard's view writes for ``trial``, parsed the same."""
-    bare = copy.copy(trial)
-    bare.intermediate_values = {}
-    values = trial.values
-    finite = values is not None and all(map(math.isfinite, values))
-    if finite:   # written as they are; the serializer's three numpy calls per value only matter otherwise
-        bare.values = None
-    serialized = odc.serialize_frozen_trial(study_id, bare, system_attrs)
-    serialized["intermediate_values"] = intermediate_values(trial.intermediate_values)
-    if finite:   # where the serializer puts them: before the times
-        times = {key: serialized.pop(key) for key in ("datetime_start", "datetime_complete") if key in serialized}
-        serialized["values"] = list(values)
-        serialized.update(times)
-    if not all(map(math.isfinite, serialized.get("constraints") or ())):
-        return json.dumps(serialized).encode()
-    try:
-        return orjson.dumps(serialized)
-    except TypeError:   # orjson.JSONEncodeError: what only the standard encoder writes
-        return json.dumps(serialized).encode()
+    return TrialEncoder(study_id, system_attrs).encode(trial)
+
+
+class TrialEncoder:
+    """Encodes the trials of one study's body.  Every trial's parameters share a few
+    distribution objects (the storage's), whose JSON optuna-dashboard's serializer makes
+    again for each trial and parameter: two thirds of its time.  So the parameters are
+    listed here, as it lists them, with each distribution's JSON made once (by its
+    ``serialize_distribution``) and each value's type named once."""
+
+    def __init__(self, study_id: int, system_attrs: dict[str, Any]) -> None:
+        self.study_id = study_id
+        self.system_attrs = system_attrs
+        self._distributions: dict[int, tuple[BaseDistribution, dict]] = {}
+        self._types: dict[type, str] = {}
+
+    def encode(self, trial: FrozenTrial) -> bytes:
+        bare = copy.copy(trial)
+        bare.intermediate_values, bare.params, bare.distributions = {}, {}, {}
+        values = trial.values
+        finite = values is not None and all(map(math.isfinite, values))
+        if finite:   # written as they are; the serializer's three numpy calls per value only matter otherwise
+            bare.values = None
+        serialized = odc.serialize_frozen_trial(self.study_id, bare, self.system_attrs)
+        serialized["params"] = self._params(trial)
+        serialized["intermediate_values"] = intermediate_values(trial.intermediate_values)
+        if finite:   # where the serializer puts them: before the times
+            times = {key: serialized.pop(key) for key in ("datetime_start", "datetime_complete") if key in serialized}
+            serialized["values"] = list(values)
+            serialized.update(times)
+        if not all(map(math.isfinite, serialized.get("constraints") or ())):
+            return json.dumps(serialized).encode()
+        try:
+            return orjson.dumps(serialized)
+        except TypeError:   # orjson.JSONEncodeError: what only the standard encoder writes
+            return json.dumps(serialized).encode()
+
+    def _params(self, trial: FrozenTrial) -> list[dict[str, Any]]:
+        """``serialize_frozen_trial``'s list of parameters."""
+        listed = []
+        distributions = trial.distributions
+        for name, value in trial.params.items():
+            distribution = distributions.get(name)
+            if distribution is None:
+                continue
+            listed.append({"name": name, "param_internal_value": distribution.to_internal_repr(value),
+                           "param_external_value": str(value), "param_external_pytyp": self._type(value),
+                           "distribution": self._distribution(distribution)})
+        return listed
+
+    def _distribution(self, distribution: BaseDistribution) -> dict:
+        known = self._distributions.get(id(distribution))
+        if known is None or known[0] is not distribution:   # kept with the object: its id is not reused meanwhile
+            known = self._distributions[id(distribution)] = (distribution, odc.serialize_distribution(distribution))
+        return known[1]
+
+    def _type(self, value: Any) -> str:
+        kind = type(value)
+        named = self._types.get(kind)
+        if named is None:
+            named = self._types[kind] = str(kind)
+        return named
 
 
 def intermediate_values(values: dict[int, float]) -> list[dict[str, Any]]:
