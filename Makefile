@@ -33,7 +33,7 @@ integration: $(STAMP) postgres chromium
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
-# the dashboard's store (10,000 trials x 100 results, ~430 MB) is built once by the first and reused by the second
+# the dashboard's store (10,000 trials x 100 results, ~430 MB) is built once by the first and reused by the others
 bench: $(STAMP) bench-quality chromium
 	$(BIN)/python -m kubetune.bench
 	$(BIN)/python -m kubetune.bench.scale --out bench-results
@@ -41,6 +41,8 @@ bench: $(STAMP) bench-quality chromium
 	$(BIN)/python -m kubetune.bench.scale.ledger > bench-results/ledger.json
 	$(BIN)/python -m kubetune.bench.dashboard --repeats 3 --store sqlite:///$(CURDIR)/bench-results/dashboard.db \
 		--out bench-results/dashboard.json
+	$(BIN)/python -m kubetune.bench.dashboard_cpu --store sqlite:///$(CURDIR)/bench-results/dashboard.db \
+		--out bench-results/dashboard_cpu.json
 	$(BIN)/python -m kubetune.bench.dashboard_browser --store sqlite:///$(CURDIR)/bench-results/dashboard.db \
 		--screenshots bench-results/dashboard-screenshots --out bench-results/dashboard_browser.json
 
