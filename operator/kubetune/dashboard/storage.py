@@ -236,8 +236,8 @@ class ResultsStoreStorage(BaseStorage):
 
     def _first_read(self, experiment_uid: str, shape: StudyShape) -> tuple[dict, dict]:
         """(result counts, compact rows) of every trial.  SQLite counts a million results
-        (~0.3 s) in a thread of its own while this one turns the compact rows into
-        values: the count runs without the GIL, so with a core free it costs no time.  Read
+        (~0.3 s of CPU) in a thread of its own while this one turns the compact rows into
+        values: the count runs without the GIL, so it can use a second core.  Read
         in either order, a row and a count that differ send the trial to its metric rows
         (``_curves``), so a write between the two reads loses nothing."""
         with ThreadPoolExecutor(1, thread_name_prefix="dashboard-count") as pool:
