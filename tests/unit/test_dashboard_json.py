@@ -148,5 +148,9 @@ def test_study_extras_fold_two_trials_of_each_kind_and_answer_as_all(stores):
     multi = next(s for s, r in ids.items() if r == 1)
     trials = ours.get_all_trials(multi, deepcopy=False)
     assert len(deciding_trials(trials)) < len(trials) / 2
-    alone = [copy.deepcopy(t) for t in trials]   # distributions no longer shared: every trial is folded
-    assert deciding_trials(alone) == alone
+    copies = [copy.deepcopy(t) for t in trials]   # equal distributions, other objects (as after a refresh)
+    assert deciding_trials(copies) == [t for t in copies if t.number in {k.number for k in deciding_trials(trials)}]
+    copies[-1].distributions["lr"] = FloatDistribution(1e-6, 1.0, log=True)   # another for one name: fold all
+    assert deciding_trials(copies) == copies
+    assert extra_study_property(multi, copies) == odc.get_cached_extra_study_property(odc.InMemoryCache(), multi,
+                                                                                       copies)

@@ -12,22 +12,23 @@ twice changes nothing, because every merge is then a fixed point:
 
 - user attribute names keep the order they were first seen in, and a name's
   "sortable" only goes from true to false; "has intermediate values" only turns true;
-- ``ResultsStoreStorage`` gives every trial of a study the same distribution object
-  for a parameter (``distributions_for``), so merging two of a name gives the same
-  range, and a categorical one's choices in the order ``list(set(choices))`` gives,
-  which merging again keeps (the first merge changes a categorical's order: hence
-  twice, not once).
+- ``ResultsStoreStorage`` gives every trial of a study one distribution per parameter
+  (``distributions_for``; equal objects, the same one but across refreshes), so merging
+  two of a name gives the same range, and a categorical one's choices in the order
+  ``list(set(choices))`` gives, which merging again keeps (the first merge changes a
+  categorical's order: hence twice, not once).
 
 So only the first two trials of each kind, in the order optuna-dashboard folds them
 (newest first), are folded, on a cache of its own each time: the answer then depends
 on the study's trials alone, as a freshly started optuna-dashboard's does.  When two
-trials hold different distribution objects for one parameter (not a study our
-storage made) every trial is folded, as optuna-dashboard does."""
+trials hold different distributions for one parameter (not a study our storage made)
+every trial is folded, as optuna-dashboard does."""
 from __future__ import annotations
 
 import numbers
 from typing import Any
 
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from kubetune.dashboard import dashboard_compat as odc
@@ -43,13 +44,14 @@ def extra_study_property(study_id: int, trials: list[FrozenTrial]) -> tuple[list
 
 def deciding_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The trials whose folding gives what folding all of them gives (see above), in order."""
-    shared: dict[str, int] = {}
+    shared: dict[str, BaseDistribution] = {}
     folded: dict[tuple, int] = {}
     kept: list[FrozenTrial] = []
     for trial in reversed(trials):   # optuna-dashboard folds the newest first
         distributions = trial.distributions
         for name, distribution in distributions.items():
-            if shared.setdefault(name, id(distribution)) != id(distribution):
+            first = shared.setdefault(name, distribution)
+            if first is not distribution and first != distribution:
                 return trials
         kind = _kind(trial, distributions)
         seen = folded.get(kind, 0)
@@ -61,7 +63,7 @@ def deciding_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def _kind(trial: FrozenTrial, distributions: dict[str, Any]) -> tuple:
-    """What folding ``trial`` adds depends on this alone (given shared distributions)."""
+    """What folding ``trial`` adds depends on this alone (given one distribution per name)."""
     sortable = tuple((name, not isinstance(value, bool) and isinstance(value, numbers.Real))
                      for name, value in trial.user_attrs.items())
     return (trial.state == TrialState.FAIL, bool(trial.intermediate_values), sortable, tuple(distributions))
