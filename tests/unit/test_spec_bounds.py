@@ -127,4 +127,4 @@ def test_the_crd_caps_parallelism_and_max_trials():
     crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "experiment.yaml").read_text())
     budget = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["budget"]
     assert budget["properties"]["parallelism"]["maximum"] == 1000
-    assert budget["properties"]["maxTrials"]["maximum"] == 100_000
+    assert budget["properties"]["maxTrials"]["maximum"] == 10_000

@@ -24,9 +24,10 @@ from kubetune.spec.search_space import search_space
 MAX_GRID_POINTS = 100_000
 MAX_SEED = 2**32 - 1                # what Optuna's samplers (numpy) accept
 # what one operator holds per Experiment: trials in flight (each a Trial object, an actor
-# or pod, a ledger entry: see tests/integration/test_tenants.py) and trials in all
+# or pod, a ledger entry: tests/integration/test_tenants.py queues 1,000) and trials in all
+# (10,000 one-result trials in one Experiment beside 200 others: BENCHMARKS.md, issue 26)
 MAX_PARALLELISM = 1000
-MAX_TRIALS = 100_000
+MAX_TRIALS = 10_000
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _RAY_ADDRESS = re.compile(r"^(local|auto|ray://[^\s:/]+:\d+)$")
 _RESERVED_RESOURCES = {"cpu", "gpu", "memory", "object_store_memory"}
