@@ -5,6 +5,10 @@ is back: the trials lost with the old cluster are relaunched from their checkpoi
 as cluster faults that do not count against maxFailures."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from autoscaler_fixtures import RayHead, free_port
@@ -13,6 +17,26 @@ from kube_fixtures import wait_for
 from operator_fixtures import OperatorProcess
 
 pytestmark = pytest.mark.integration
+
+# The operator's own Ray driver, made as the operator makes it, with a read of Ray's
+# internal KV (where every trial's answer is read, executors/ray/answers.py) always in
+# flight; it says what that read returned, and lives on.
+DRIVER_READING_THE_KV = """
+import sys, time
+from ray.experimental import internal_kv
+from kubetune.executors.ray.executor import RayExecutor
+RayExecutor(sys.argv[1]).connect()
+print("connected", flush=True)
+while True:
+    try:
+        internal_kv._internal_kv_get(b"any", namespace=b"kubetune-test")
+        time.sleep(0.05)   # once the head is gone, the next read waits as one in flight would
+    except Exception as error:
+        print("the read returned:", type(error).__name__, error, flush=True)
+        break
+while True:
+    time.sleep(1)
+"""
 
 
 @pytest.fixture
@@ -71,3 +95,29 @@ def test_ray_stopped_mid_experiment_is_reported_and_the_experiment_completes_whe
         assert status["attempt"] >= 1, status
         assert [f["reason"] for f in status["failures"]] == ["ClusterFault"] * status["attempt"], status
     assert done["status"]["trialCounts"]["failed"] == 0
+
+
+def test_a_gcs_read_in_flight_when_the_head_stops_does_not_end_the_driver(ray_head, tmp_path):
+    """The GCS client behind Ray's internal KV kept the reconnect timeout the process
+    started with (here 2 s; Ray's default is 60 s), not the one the operator sets before
+    ray.init (liveness.prepare_driver_env): a read in flight when the head stopped ended
+    the whole process that long after ("Failed to connect to GCS within 604800 seconds")."""
+    output = tmp_path / "driver.out"
+    env = {**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": "2"}
+    with output.open("w") as sink:
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER_READING_THE_KV, ray_head.address],
+                                  stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: "connected" in output.read_text() or driver.poll() is not None, timeout=120,
+                 message="the driver to connect")
+        assert driver.poll() is None, output.read_text()
+        ray_head.stop(remove_files=False)
+        ray_head.start()
+        # the read waits for a GCS at the address; the new cluster refuses it, by its id
+        wait_for(lambda: "the read returned" in output.read_text() or driver.poll() is not None, timeout=120,
+                 message="the read in flight to return once a head answers again")
+        assert driver.poll() is None, output.read_text()[-3000:]
+        assert "WrongClusterID" in output.read_text(), output.read_text()[-3000:]
+    finally:
+        driver.kill()
+        driver.wait(10)

@@ -41,6 +41,11 @@ def test_per_node_resources_and_the_gcs_client_are_where_they_are_looked_for():
     assert "timeout" in inspect.signature(raylet.InnerGcsClient.internal_kv_get).parameters
 
 
+def test_the_settings_reload_is_where_it_is_looked_for():
+    config = importlib.import_module("ray._raylet").Config
+    assert list(inspect.signature(config.initialize).parameters) == ["config_list"]
+
+
 def test_the_rpc_error_is_still_named_so():
     import grpc
     assert grpc.RpcError.__name__ in ray_compat.RPC_ERROR_NAMES

@@ -43,9 +43,19 @@ _SESSION_KEY, _SESSION_NAMESPACE = b"session_name", b"session"
 def prepare_driver_env(address: str) -> None:
     """Before ``ray.init``: a lost GCS must not end the operator's process. Not for an
     embedded cluster (``local``), whose processes inherit the environment and whose GCS
-    lives and dies with the operator."""
+    lives and dies with the operator.
+
+    Setting the variable is not enough: Ray read its settings when it was imported, and
+    ``ray.init`` makes the GCS client of its internal KV (every trial's answer is read
+    through it, answers.py) before it reads them again.  That client kept the timeout
+    the process started with (Ray's default, 60 s, or what its environment said), so a
+    KV read in flight when the head stopped ended the operator that long after, with
+    "Failed to connect to GCS within 604800 seconds" (the value read later) — Ray's
+    src/ray/gcs_rpc_client/rpc_client.h, whose RetryableGrpcClient takes the timeout
+    once, when it is made.  So Ray reads its settings again here, before ``ray.init``."""
     if address != "local":
         os.environ["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(GCS_RECONNECT_TIMEOUT_S)
+        ray_compat.reload_settings_from_environment()
 
 
 def probe(address: str, timeout_s: float) -> None:

@@ -2,8 +2,8 @@
 ``ray.train._internal.session``, is trainable/ray_private.py's).
 
 Ray's public API cannot give a node's free resources, a GCS client that never blocks the
-driver, or the autoscaling config KubeRay derives from a RayCluster; these come from
-Ray's private modules, here only.  tests/unit/test_ray_compat.py checks each name and
+driver, a reload of Ray's settings from the environment, or the autoscaling config KubeRay
+derives from a RayCluster; these come from Ray's private modules, here only.  tests/unit/test_ray_compat.py checks each name and
 signature against the installed Ray, so an upgrade that moves one fails there, by name.
 pyproject.toml pins ``ray>=2.60,<2.61``.
 
@@ -49,3 +49,13 @@ def gcs_client(address: str) -> Any:
     (executors/ray/liveness.py)."""
     from ray._raylet import GcsClient
     return GcsClient(address=address)
+
+
+def reload_settings_from_environment() -> None:
+    """Have this process's Ray read its ``RAY_<setting>`` environment variables again.
+    Ray reads them once, into a process-wide config, when it is imported, and again only
+    when ``ray.init`` starts the core worker: a GCS client made in between (the one Ray's
+    internal KV uses) keeps the values of import time.  Ray does the same itself after it
+    turns token authentication on (``Config.initialize("")``)."""
+    from ray._raylet import Config
+    Config.initialize("")
