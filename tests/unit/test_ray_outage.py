@@ -147,3 +147,14 @@ def test_a_gcs_that_answers_no_connection_for_long_is_an_outage():
         for client in fillers:
             client.close()
         server.close()
+
+
+def test_a_call_answered_by_the_restarted_cluster_is_an_outage_not_a_trial_error():
+    # what a read of a trial's answer raised when it waited out the head's restart
+    # (measured: Ray 2.60, test_ray_unavailable's driver); a trial with maxFailures 0 must survive it
+    from ray.exceptions import AuthenticationError
+    from kubetune.executors.ray.errors import is_unavailable
+    restarted = AuthenticationError("RPC error: WrongClusterID: Perhaps the client is accessing GCS after it "
+                                    "has restarted.")
+    assert is_unavailable(restarted)
+    assert not is_unavailable(AuthenticationError("RPC error: the token does not match"))

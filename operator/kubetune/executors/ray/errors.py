@@ -17,7 +17,12 @@ class RayUnavailableError(PlatformUnavailableError):
         super().__init__(address, cause, f"Ray at {address!r} is unavailable: {cause}")
 
 
+# In what Ray's GCS client raises for a call that waited out an outage and was answered by
+# another cluster at the same address (the head restarted): the cluster called is gone.
+CLUSTER_RESTARTED = "WrongClusterID"
+
+
 def is_unavailable(error: BaseException) -> bool:
     from ray.exceptions import GetTimeoutError, RaySystemError
     return isinstance(error, (PlatformUnavailableError, ConnectionError, RaySystemError, GetTimeoutError)) \
-        or type(error).__name__ in RPC_ERROR_NAMES
+        or type(error).__name__ in RPC_ERROR_NAMES or CLUSTER_RESTARTED in str(error)

@@ -29,7 +29,7 @@ import time
 import ray
 
 from kubetune.executors.ray import ray_compat
-from kubetune.executors.ray.errors import RayUnavailableError
+from kubetune.executors.ray.errors import CLUSTER_RESTARTED, RayUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class ClusterWatch:
         try:
             session = self._session()
         except Exception as exc:  # noqa: BLE001 - any failure means: not our cluster now
-            if "WrongClusterID" in str(exc):
+            if CLUSTER_RESTARTED in str(exc):
                 return f"the Ray cluster at {self.gcs_address} restarted: its trials are gone"
             return f"the Ray GCS at {self.gcs_address} does not answer as before: {type(exc).__name__}: {exc}"
         if session != self.session:
