@@ -21,7 +21,6 @@ import hashlib
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container
 
@@ -200,17 +199,13 @@ class ResultsStoreStorage(BaseStorage):
         uid, now = study.row.uid, time.monotonic()
         rows = self.store.trials(uid)
         watched = [r.uid for r in rows if r.uid not in cache.settled or cache.rows.get(r.uid) != r]
-        compact = None
-        if watched and not cache.rows:   # a first look: every trial's compact row is read, beside the counts
-            stats, compact = self._first_read(uid, study.shape)
-        else:
-            stats = self.store.result_stats(uid, self._which(watched, rows)) if watched else {}
+        stats = self.store.result_stats(uid, self._which(watched, rows)) if watched else {}
         looked = set(watched)
         changed = [r.uid for r in rows if cache.rows.get(r.uid) != r
                    or r.uid in looked and stats.get(r.uid) != cache.stats.get(r.uid)]
         if changed:
             which = self._which(changed, rows)
-            curves, unread = self._curves(uid, study.shape, changed, rows, stats, compact)
+            curves, unread = self._curves(uid, study.shape, changed, rows, stats)
             last = self.store.last_values(uid, study.shape.metrics, self._which(unread, rows)) if unread else {}
             for trial_uid in changed:
                 curve = curves.get(trial_uid, Curve())
@@ -234,26 +229,14 @@ class ResultsStoreStorage(BaseStorage):
         cache.rows, cache.distributions = {r.uid: r for r in rows}, distributions
         cache.frozen, cache.trials = frozen, list(frozen.values())
 
-    def _first_read(self, experiment_uid: str, shape: StudyShape) -> tuple[dict, dict]:
-        """(result counts, compact rows) of every trial.  SQLite counts a million results
-        (~0.3 s of CPU) in a thread of its own while this one turns the compact rows into
-        values: the count runs without the GIL, so it can use a second core.  Read
-        in either order, a row and a count that differ send the trial to its metric rows
-        (``_curves``), so a write between the two reads loses nothing."""
-        with ThreadPoolExecutor(1, thread_name_prefix="dashboard-count") as pool:
-            counting = pool.submit(self.store.result_stats, experiment_uid, None)
-            compact = self.store.compact_curves(experiment_uid, shape.objectives[0][0], None)
-            return counting.result(), compact
-
     def _curves(self, experiment_uid: str, shape: StudyShape, changed: list[str], rows: list[TrialRow],
-                stats: dict[str, tuple], compact: dict | None = None) -> tuple[dict[str, Curve], list[str]]:
+                stats: dict[str, tuple]) -> tuple[dict[str, Curve], list[str]]:
         """The curves of ``changed`` trials, and those whose last values are still to read.
-        From their compact rows (results/curves.py; ``compact``: already read) when a row
-        was made from the results ``stats`` counted, else from the metric rows (a database
-        written before the rows, a row given up, a write since the count)."""
+        From their compact rows (results/curves.py) when a row was made from the results
+        ``stats`` counted, else from the metric rows (a database written before the rows,
+        a row given up, a write since the count)."""
         metric, wanted = shape.objectives[0][0], set(shape.metrics)
-        if compact is None:
-            compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
+        compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
         curves: dict[str, Curve] = {}
         unread, no_last = [], []
         for trial_uid in changed:
