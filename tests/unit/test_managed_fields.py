@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.managed_fields import MAX_TRIES, ManagedFieldsStrip, needs_strip
 from kubetune.controller.store import MemoryStore
 from kubetune.core.types import CreateTrial, LaunchTrial, Result
 from kubetune.k8s.errors import WriteRefused
-from unit_helpers import make_runner, make_spec
+from unit_helpers import controller_with_runner
 
 
 def trial(name: str, phase: str | None, managed: bool) -> dict:
@@ -93,13 +92,7 @@ class RecordingStore(MemoryStore):
 
 
 def two_trials(store: RecordingStore, clock: list[float]):
-    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2})
-    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
-    controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
-                                      body=lambda: body, clock=lambda: clock[0])
-    runner = make_runner(spec)
-    controller.ctx.spec, controller.ctx.runner = spec, runner
-    decisions = runner.step(0.0)
+    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=2, parallelism=2)
     creates = [d for d in decisions if isinstance(d, CreateTrial)]
     launches = [d for d in decisions if isinstance(d, LaunchTrial)]
     return controller, runner, creates, [launch.name for launch in launches]

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 
 from kubetune.controller.coalesce import differs_beyond
-from kubetune.controller.experiment import ExperimentController
 from kubetune.controller.status_writer import EXPERIMENT_USAGE_WRITE_INTERVAL
 from kubetune.controller.store import MemoryStore
 from kubetune.core.resources import Resources
 from kubetune.core.types import CreateTrial, LaunchTrial, Result, TrialPhase, TrialPhaseChanged
-from unit_helpers import cpu_ledger, make_runner, make_spec
+from unit_helpers import controller_with_runner, cpu_ledger, make_runner, make_spec
 
 CPU = [Resources(cpu=1)]
 
@@ -72,13 +71,7 @@ class CountingStore(MemoryStore):
 
 def test_the_experiment_is_not_rewritten_for_its_usage_alone_before_the_interval():
     store, clock = CountingStore(), [1.0]
-    spec = make_spec(budget={"maxTrials": 1, "parallelism": 1})
-    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
-    controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
-                                      body=lambda: body, clock=lambda: clock[0])
-    runner = make_runner(spec)
-    controller.ctx.spec, controller.ctx.runner = spec, runner
-    decisions = runner.step(0.0)
+    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=1, parallelism=1)
     (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
 
     def host_saw(seen: float) -> None:       # what the trial's host says of its run

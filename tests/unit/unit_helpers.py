@@ -77,3 +77,16 @@ def wait_for(condition, timeout: float = 10.0):
             return value
         time.sleep(0.005)
     raise AssertionError("condition not met before the deadline")
+
+
+def controller_with_runner(store, clock: list[float], **budget: Any):
+    """An ExperimentController named ``exp`` over ``store``, on the clock ``clock[0]``,
+    with a runner of that budget, and the runner's first decisions."""
+    from kubetune.controller.experiment import ExperimentController
+    spec = make_spec(budget=budget)
+    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
+                                      body=lambda: body, clock=lambda: clock[0])
+    runner = make_runner(spec)
+    controller.ctx.spec, controller.ctx.runner = spec, runner
+    return controller, runner, runner.step(0.0)
