@@ -197,13 +197,16 @@ def test_unreadable_node_types_leave_growth_unknown_not_fixed_size():
         handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
         assert await handle.ensure_connected() and handle.last_error == ""
         ledger = handle.ledger
-        assert ledger.capacity_known and not ledger.growth_known and ledger.autoscaling
+        assert ledger.capacity_known and not ledger.growth_known and not ledger.autoscaling
         assert ledger.feasibility([Resources(cpu=1, gpu=1)]) is None
         assert ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
         ledger.set_waiting("ns/e/t1", [Resources(cpu=1, gpu=1)])
         assert ledger.queue_reason("ns/e/t1").endswith(
-            "; scale-up requested (the autoscaler's node types are unknown: RayUnavailableError: "
-            "Ray at '10.0.0.1:6379' is unavailable: cannot read the autoscaler's node types)")
+            "the cluster has 0 GPU; the autoscaler's node types are unknown: RayUnavailableError: "
+            "Ray at '10.0.0.1:6379' is unavailable: cannot read the autoscaler's node types")
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert executor.requests == []           # nothing asked while it is unknown what could grow
         ledger.clear_waiting("ns/e/t1")
         executor.fail_node_types, executor._node_types = "", None   # the head answers: it cannot grow
         clock.now += 5                            # past the retry's backoff and the refresh interval

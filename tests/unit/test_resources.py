@@ -230,7 +230,7 @@ def test_a_woken_request_that_is_withdrawn_passes_its_turn_to_the_next():
 def test_while_the_node_types_are_read_what_fits_starts_and_nothing_is_called_infeasible():
     ledger = ResourceLedger()
     ledger.set_capacity(Resources(cpu=2), [Resources(cpu=2)], None, growth_known=False)
-    assert ledger.capacity_known and not ledger.growth_known and ledger.autoscaling
+    assert ledger.capacity_known and not ledger.growth_known and not ledger.autoscaling
     assert ledger.feasibility([Resources(cpu=1, gpu=1)]) is None      # the cluster may yet grow GPUs
     assert ledger.try_acquire("ns/e/t0", [Resources(cpu=1)])
     # node types given with growth unknown are not taken for known ones

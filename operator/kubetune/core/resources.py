@@ -55,7 +55,8 @@ class ResourceLedger:
         holding ``total``. ``node_types`` is the largest shape of each autoscaler node type,
         None when the cluster cannot grow. ``growth_known`` False: they are still being read
         (a task on a busy head can take a minute): what fits the nodes starts meanwhile, and
-        nothing is called infeasible until they are known (queued words say why, if a read failed)."""
+        nothing is called infeasible or asked of the autoscaler until they are known (queued
+        words say why, if a read failed)."""
         nodes = list(nodes) if nodes else [total]
         node_types = list(node_types) if node_types is not None and growth_known else None
         unplaced = any(index < 0 for placements in self._held.values() for index, _ in placements)
@@ -153,8 +154,8 @@ class ResourceLedger:
         return self._total
 
     @property
-    def autoscaling(self) -> bool:     # may grow (so queued demand is a scale-up request)
-        return self._node_types is not None or not self._growth_known
+    def autoscaling(self) -> bool:     # can grow: queued demand is a scale-up request
+        return self._node_types is not None
 
     def used(self) -> Resources:
         if self._used is None:      # asked for every queued trial's reason: summed once per change
@@ -367,7 +368,7 @@ class ResourceLedger:
             return "waiting for the cluster's capacity to be known"
         suffix = "; scale-up requested" if self.autoscaling else ""
         if self._growth_cause:
-            suffix += f" (the autoscaler's node types are unknown: {self._growth_cause})"
+            suffix += f"; the autoscaler's node types are unknown: {self._growth_cause}"
         demand = total_of(entry.bundles)
         short = self._short_kinds(entry.bundles)
         if short:

@@ -8,8 +8,8 @@ waited for it, and a timeout counted as "cannot reach Ray".  Here the read runs 
 placement: the first capacity refresh waits at most ``FIRST_WAIT_S`` for it (a quiet
 head answers in about a second), then places what fits the nodes there are while the
 read goes on; the ledger calls nothing infeasible until the node types are known
-(``ResourceLedger.set_capacity(growth_known=False)``), and queued demand is sent to the
-autoscaler as a scale-up request all the same.  A failed read is retried with
+(``ResourceLedger.set_capacity(growth_known=False)``) nor asked of the autoscaler (a
+request for what no node type offers would be withdrawn moments later).  A failed read is retried with
 backoff, and a known answer is kept until a newer one arrives."""
 from __future__ import annotations
 

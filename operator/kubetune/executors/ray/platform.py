@@ -242,6 +242,10 @@ class RayPlatform(ExecutorPlatform):
     async def _sync_autoscaler_request(self) -> None:
         """Tell the autoscaler about queued demand over all Experiments on this cluster
         (each request replaces the previous one); withdraw it when nothing waits."""
+        if not self.ledger.growth_known:
+            # node types not read yet (growth.py): a request now could ask for what no node
+            # type offers, which would fail Infeasible moments later; it goes once they are
+            return
         waiting = self.ledger.waiting_bundles()
         # request_resources sizes the cluster for the whole list, so it names what is held
         # as well as what waits (and changes when either does); an empty list withdraws it
