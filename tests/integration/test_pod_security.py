@@ -217,6 +217,9 @@ def test_a_flood_of_bogus_posts_does_not_hold_back_another_experiments_results(p
     threads_before, lookups_before = operator_threads(operator), token_lookups(core)
     turns, during, threads = [], [], []
     with Flood(ingest_port(victim), ns, victim.trial, tmp_path, concurrency=FLOOD_CONCURRENCY) as flood:
+        # under way before the first real result, or that result's path may see none of it
+        # (the whole suite once saw [0, 120, 1720, ...]: the flood still starting)
+        wait_for(lambda: flood.sent > 0, timeout=60, interval=0.05, message="the flood answered at all")
         for container in containers:
             before = flood.sent
             container.session.report({"loss": 1.0})      # returns once the ingest answered it
