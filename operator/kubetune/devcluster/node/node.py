@@ -11,12 +11,11 @@ egress guard (network.py) and kube-proxy's iptables chains are machine-wide.
 containerd's root (images) is kept under the cache between runs, so a warm start
 imports nothing.  ``stop`` tears down in the order that leaves nothing behind: pods
 (while the kubelet runs), kubelet, kube-proxy, DNS, leftover containers, containerd,
-mounts, iptables chains, bridge.
+mounts, iptables chains, bridge (the steps are in teardown.py).
 """
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from typing import Callable, Iterable
 import yaml
 
 from kubetune.devcluster import build, processes
-from kubetune.devcluster.node import images, network, packages
+from kubetune.devcluster.node import images, network, packages, teardown
+from kubetune.devcluster.node.ctr import Ctr
 
 Log = Callable[[str], None]
 NODE_NAME = "kubetune-node"
@@ -55,6 +55,7 @@ class Node:
         self.records: list[processes.ProcessRecord] = []
         self._popens: dict[str, subprocess.Popen] = {}
         self.socket = RUN_DIR / "containerd.sock"
+        self.ctr = Ctr(self.socket)        # node.ctr("images", "ls") -> its output
         self.builder = images.Builder(build.cache_root() / "images", log=log)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -110,10 +111,10 @@ class Node:
         attempt(self._delete_pods, "deleting the pods")
         for name in ("kubelet", "kube-proxy", "dns"):
             attempt(lambda name=name: self._stop_process(name), f"stopping {name}")
-        attempt(self._remove_containers, "removing containers")
+        attempt(lambda: teardown.remove_containers(self.ctr), "removing containers")
         attempt(lambda: self._stop_process("containerd"), "stopping containerd")
         attempt(self._unmount, "unmounting")
-        attempt(self._cleanup_kube_proxy, "removing kube-proxy's chains")
+        attempt(teardown.cleanup_kube_proxy, "removing kube-proxy's chains")
         attempt(lambda: network.teardown(SAVED_SYSCTLS), "removing the bridge and the guard")
         if errors:
             raise NodeError("node teardown: " + "; ".join(errors))
@@ -157,8 +158,7 @@ class Node:
         named = {digest for ref, _, digest in rows if not ref.startswith("sha256:") and ref not in stale}
         stale |= {ref for ref, _, digest in rows if ref.startswith("sha256:") and digest not in named}
         for ref in sorted(stale):
-            subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "images", "rm", ref],
-                           capture_output=True, timeout=60)
+            self.ctr.attempt("images", "rm", ref, timeout=60)
 
     @staticmethod
     def _normalized(name: str) -> str:
@@ -166,13 +166,6 @@ class Node:
         if "/" not in name:
             return f"docker.io/library/{name}"
         return name if ("." in first or ":" in first or first == "localhost") else f"docker.io/{name}"
-
-    def ctr(self, *args: str, timeout: float = 120) -> str:
-        result = subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", *args],
-                                capture_output=True, text=True, timeout=timeout)
-        if result.returncode != 0:
-            raise NodeError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
-        return result.stdout
 
     # -- components -------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -188,8 +181,7 @@ class Node:
 
     def _start_containerd(self) -> None:
         if self.socket.exists():
-            probe = subprocess.run(["ctr", "--address", str(self.socket), "version"], capture_output=True, timeout=10)
-            if probe.returncode == 0:
+            if self.ctr.serves():
                 raise NodeError(f"a containerd already serves {self.socket}: another node runs on this machine")
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         root = self.cache / "containerd"
@@ -224,8 +216,7 @@ state = "{RUN_DIR / 'state'}"
         path = self.dir / "containerd.toml"
         path.write_text(config)
         self._spawn("containerd", ["containerd", "--config", str(path)])
-        self._wait("containerd", "its socket", time.monotonic() + 60, lambda: subprocess.run(
-            ["ctr", "--address", str(self.socket), "version"], capture_output=True, timeout=10).returncode == 0)
+        self._wait("containerd", "its socket", time.monotonic() + 60, self.ctr.serves)
 
     def _start_kube_proxy(self, binary: Path) -> None:
         config = {
@@ -317,85 +308,16 @@ state = "{RUN_DIR / 'state'}"
                 raise NodeError(f"timed out waiting for {what}{last}:\n{record.log_tail()}")
             time.sleep(0.2)
 
-    # -- teardown ---------------------------------------------------------------------------
     def _kubelet_running(self) -> bool:
         return any(r.name == "kubelet" and r.is_alive() for r in self.records)
 
     def _delete_pods(self) -> None:
-        if not self._kubelet_running() or not self.plane.ready():
-            return
-        from kubernetes import client
-        with self.plane.api_client() as api:
-            core = client.CoreV1Api(api)
-            for pod in core.list_pod_for_all_namespaces().items:
-                try:
-                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-                except client.ApiException as error:
-                    if error.status != 404:
-                        raise
-        # the kubelet stops them with their grace period (up to 40 s for the operator's
-        # pod): give it a moment to run CNI DEL and unmount, then _remove_containers kills
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self._running_containers():
-            time.sleep(0.5)
-
-    def _running_containers(self) -> list[str]:
-        # sandboxes stay until the kubelet's garbage collection: count the app containers
-        lines = self.ctr("tasks", "ls").splitlines()[1:]
-        return [line.split()[0] for line in lines if line.split() and line.split()[-1] == "RUNNING"
-                and not self._is_sandbox(line.split()[0])]
-
-    def _is_sandbox(self, container: str) -> bool:
-        try:
-            info = self.ctr("containers", "info", container)
-        except NodeError as error:
-            # the kubelet removed it between `tasks ls` and here: it runs no more, so it
-            # is nothing left to wait for (counted like a sandbox, which is not waited on)
-            if "not found" in str(error):
-                return True
-            raise
-        return '"io.cri-containerd.kind": "sandbox"' in info
-
-    def _remove_containers(self) -> None:
-        if not self.socket.exists():
-            return
-        for line in self.ctr("tasks", "ls").splitlines()[1:]:
-            if line.split():
-                subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "tasks", "kill",
-                                "-s", "SIGKILL", line.split()[0]], capture_output=True, timeout=30)
-        deadline = time.monotonic() + 30
-        for container in self.ctr("containers", "ls", "-q").split():
-            while True:
-                gone = subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "tasks", "delete",
-                                       "-f", container], capture_output=True, text=True, timeout=30)
-                if gone.returncode == 0 or "not found" in gone.stderr or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-            subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "containers", "rm", container],
-                           capture_output=True, timeout=30)
-        for leftover in self.ctr("snapshots", "ls").splitlines()[1:]:
-            parts = leftover.split()
-            if parts and parts[-1] == "Active":
-                subprocess.run(["ctr", "--address", str(self.socket), "-n", "k8s.io", "snapshots", "rm",
-                                parts[0]], capture_output=True, timeout=30)
+        if self._kubelet_running() and self.plane.ready():
+            teardown.delete_pods(self.plane, self.ctr)
 
     def _unmount(self) -> None:
-        prefixes = (str(self.dir), str(RUN_DIR), str(self.cache / "containerd"), "/run/netns/cni-",
-                    "/var/run/netns/cni-")
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-        for mount in sorted({m for m in mounts if m.startswith(prefixes)}, key=len, reverse=True):
-            subprocess.run(["umount", "-l", mount], capture_output=True, timeout=30)
-        for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").exists() else []:
-            netns.unlink(missing_ok=True)
-
-    def _cleanup_kube_proxy(self) -> None:
-        binary = build.KUBERNETES.find("kube-proxy")
-        if binary is not None:
-            subprocess.run([str(binary), "--cleanup"], capture_output=True, timeout=60)
-        # the kubelet's canaries (it watches them to notice an iptables flush)
-        for table in ("mangle", "nat", "filter"):
-            for chain in ("KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"):
-                network.run("iptables", "-w", "-t", table, "-X", chain, check=False)
+        teardown.unmount((str(self.dir), str(RUN_DIR), str(self.cache / "containerd"), "/run/netns/cni-",
+                          "/var/run/netns/cni-"))
 
 
 def start_cluster(state_dir: Path, *, log: Log = print, die_with_parent: bool = False, timeout: float = 180.0):
