@@ -29,29 +29,24 @@ its next report ended it).
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import logging
 import os
 import shutil
 import threading
 import time
-import traceback
 import weakref
 from typing import Any, Callable, Mapping
 
 from kubetune.spec.results import MAX_RESULT_BYTES, Result, check_metric, check_metrics
 from kubetune.trainable import api, raytune
 from kubetune.checkpoints.storage import CheckpointStore, materialize
+from kubetune.trainable.entrypoint import (describe, format_error, no_results_error, resolve_entrypoint,
+                                           takes_arguments)
 from kubetune.trainable.output import LineBuffer
 
 RUNNING, COMPLETED, FAILED, STOPPED = "running", "completed", "failed", "stopped"
 TERMINAL = (COMPLETED, FAILED, STOPPED)
-# The whole traceback reaches the operator, which keeps it in the results store; the
-# Trial's status shows only a capped tail.  The cap bounds one fetch, not a normal error.
-TRACEBACK_TAIL_CHARS = 1 << 20
-ERROR_MESSAGE_CHARS = 2000
 # A long-polling fetch woken by a report lingers this long for more: a function that
 # ends right after its last report then delivers its ending in the same batch, which
 # saves the operator a round trip per trial (and batches fast reporters)
@@ -65,44 +60,7 @@ KEPT_ACKED_BYTES = 8 << 20
 # operator reads an answer whole (executors/ray/answers.py bounds it)
 FETCH_BATCH_BYTES = 8 << 20
 PENDING_WAIT_S = 1.0                # a waiting report() re-checks for a stop this often
-# A trial that reported nothing is no success: most often its reports went to an API
-# kubetune does not serve, which would otherwise pass without a word (issue 29)
-NO_RESULTS = "NoResultsReported"
-REPORTING_CALLS = ("kubetune.report(metrics), or Ray Tune's ray.tune.report(metrics), ray.train.report, "
-                   "ray.air.session.report, or a tune.Trainable whose step() returns its metrics")
-
-
-def no_results_error(what: str) -> str:
-    """The failure of a trial whose function returned without one report (first line: the class)."""
-    return (f"{NO_RESULTS}: {what} returned without reporting a single result; a trial reports "
-            f"once per iteration with {REPORTING_CALLS}")
-
 log = logging.getLogger(__name__)
-
-
-class EntrypointError(ImportError):
-    """spec.trial.entrypoint does not name an importable function."""
-
-
-def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
-    module_name, sep, attr_path = entrypoint.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise EntrypointError(
-            f"entrypoint {entrypoint!r} must look like 'package.module:function'")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for attr in attr_path.split("."):
-            target = getattr(target, attr)
-    except (ImportError, AttributeError) as exc:
-        raise EntrypointError(
-            f"cannot load entrypoint {entrypoint!r}: {type(exc).__name__}: {exc}") from exc
-    except (Exception, SystemExit) as exc:   # the module itself raised: every trial would
-        raise EntrypointError(                 # fail the same way (core/failures.py)
-            f"cannot load entrypoint {entrypoint!r}: importing {module_name} raised "
-            f"{type(exc).__name__}: {exc}") from exc
-    if not callable(target):
-        raise EntrypointError(f"entrypoint {entrypoint!r} is not callable")
-    return target
 
 
 def _plain(value: Any, key: str) -> Any:
@@ -115,38 +73,6 @@ def _plain(value: Any, key: str) -> Any:
         except (TypeError, ValueError):
             pass
     return check_metric(key, value)
-
-
-def _takes_arguments(function: Callable[..., Any]) -> bool:
-    try:
-        return bool(inspect.signature(function).parameters)
-    except (TypeError, ValueError):   # builtins without a signature
-        return True
-
-
-def _describe(function: Callable[..., Any] | str) -> str:
-    if isinstance(function, str):
-        return f"the entrypoint {function}"
-    return f"the function {getattr(function, '__qualname__', repr(function))}"
-
-
-def format_error(exc: BaseException, skip_frames: int = 0) -> str:
-    """``"{ExcType}: {msg}\\n{traceback tail}"``: the message first, then where it came from."""
-    tb = exc.__traceback__
-    for _ in range(skip_frames):
-        if tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    full = message = str(exc)
-    if len(message) > ERROR_MESSAGE_CHARS:    # an exception may carry a whole tensor or log
-        message = message[:ERROR_MESSAGE_CHARS] + f" ... [{len(message) - ERROR_MESSAGE_CHARS} characters cut]"
-        text = text.replace(full, message)   # the traceback's last line repeats it
-    if len(text) > TRACEBACK_TAIL_CHARS:
-        text = "...\n" + text[-TRACEBACK_TAIL_CHARS:]
-    if isinstance(exc, SystemExit):   # sys.exit(0) is no success: the function must return
-        return (f"SystemExit: the function called sys.exit({repr(exc.code)[:200]}); a trial function returns "
-                f"when it is done (or raises), it must not exit the process\n{text}")
-    return f"{type(exc).__name__}: {message}\n{text}"
 
 
 class FunctionRunner:
@@ -261,7 +187,7 @@ class FunctionRunner:
                 function = resolve_entrypoint(function)
             function = raytune.adapt(function)
             try:
-                if _takes_arguments(function):
+                if takes_arguments(function):
                     function(self.config)
                 else:
                     function()
@@ -269,7 +195,7 @@ class FunctionRunner:
                 pass
             if self.last_seq == self.start_seq and self.start_iteration == 0:
                 # a resumed attempt may rightly find nothing left to do; a first one may not
-                outcome, error = FAILED, no_results_error(_describe(self.function))
+                outcome, error = FAILED, no_results_error(describe(self.function))
         except api.TrialStopped:
             outcome = STOPPED
         except BaseException as exc:  # noqa: BLE001 - the trial fails, the worker lives on

@@ -17,8 +17,7 @@ import os
 import sys
 
 from kubetune.trainable import api, raytune
-from kubetune.trainable.function_runner import (_takes_arguments, format_error, no_results_error,
-                                                resolve_entrypoint)
+from kubetune.trainable.entrypoint import format_error, no_results_error, resolve_entrypoint, takes_arguments
 from kubetune.trainable.pod_session import pod_session
 
 TERMINATION_LOG = "/dev/termination-log"     # Kubernetes' default terminationMessagePath
@@ -35,7 +34,7 @@ def run(entrypoint: str) -> str:
         raytune.serve_ray_api()
         function = raytune.adapt(resolve_entrypoint(entrypoint))
         try:
-            if _takes_arguments(function):
+            if takes_arguments(function):
                 function(session.get_config())
             else:
                 function()

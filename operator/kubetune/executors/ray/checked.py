@@ -13,7 +13,8 @@ from typing import Any
 from kubetune.executors.base import TrialState, TrialUpdate
 from kubetune.executors.ray.answers import AnswerError
 from kubetune.spec.results import INT64_MAX, MetricError, Result, check_iteration, check_metrics
-from kubetune.trainable.function_runner import TERMINAL, TRACEBACK_TAIL_CHARS, RUNNING
+from kubetune.trainable.entrypoint import TRACEBACK_TAIL_CHARS
+from kubetune.trainable.function_runner import TERMINAL, RUNNING
 from kubetune.trainable.host import UNKNOWN
 
 STATES = frozenset((RUNNING, UNKNOWN, *TERMINAL))
