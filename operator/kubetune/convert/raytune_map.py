@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import datetime
 import inspect
-import json
 import math
 import os
 from typing import Any
 
-from kubetune.convert import lambdas
+from kubetune.convert import raytune_space
 from kubetune.convert.common import API_VERSION, Conversion, dns_name
-from kubetune.convert.raytune_capture import ARGUMENTS, LINE, WRAPPED, Captured
+from kubetune.convert.raytune_capture import ARGUMENTS, WRAPPED, Captured
 
 DEFAULT_PARALLELISM = 4          # Ray runs as many trials as fit; kubetune needs a number
 SEARCHERS = {"OptunaSearch": "tpe", "HyperOptSearch": "tpe", "BasicVariantGenerator": "random",
@@ -37,7 +36,7 @@ def to_experiment(c: Captured) -> tuple[dict[str, Any], Conversion]:
     else:
         conv.refuse("no metric", c.line, "neither TuneConfig nor the search algorithm or scheduler names "
                     "a metric and mode; kubetune needs an objective: set TuneConfig(metric=..., mode=...)")
-    space, constants, grid_size = _param_space(c.param_space, c, conv, spec.get("scheduler", {}).get("type"))
+    space, constants, grid_size = raytune_space.param_space(c.param_space, c, conv, spec.get("scheduler", {}).get("type"))
     space.update(spec.pop("_mutations", {}))
     for name in space:
         constants.pop(name, None)
@@ -45,7 +44,7 @@ def to_experiment(c: Captured) -> tuple[dict[str, Any], Conversion]:
     if search:
         spec["search"] = search
     if grid_size and spec.get("search", {}).get("algorithm", "random") in ("random", "grid"):
-        if all("choice" in p for p in space.values()) and _all_grid(c.param_space):
+        if all("choice" in p for p in space.values()) and raytune_space.all_grid(c.param_space):
             spec["search"] = {**spec.get("search", {}), "algorithm": "grid"}
     num_samples = int(tune["num_samples"])
     if num_samples < 1:
@@ -294,7 +293,7 @@ def _scheduler(scheduler: Any, run: dict, c: Captured, conv: Conversion, spec: d
                             "kubetune's PBT perturbs within the searchSpace; a custom explore function has no equivalent")
             if tuple(args.get("perturbation_factors", (1.2, 0.8))) not in ((1.2, 0.8), (0.8, 1.2)):
                 conv.note("PBT perturbation_factors: kubetune perturbs by 0.8 or 1.2")
-            spec["_mutations"] = _mutations(args.get("hyperparam_mutations") or {}, where, conv)
+            spec["_mutations"] = raytune_space.mutations(args.get("hyperparam_mutations") or {}, where, conv)
             if not spec["_mutations"]:
                 conv.refuse("PopulationBasedTraining without hyperparam_mutations", where,
                             "name the parameters PBT may change (they become the searchSpace)")
@@ -328,113 +327,6 @@ def _stop(stop: Any, c: Captured, conv: Conversion) -> int | None:
                         "kubetune stops a trial at spec.scheduler.maxIterations, or the whole Experiment "
                         "at objective.goal; a per-trial stop on another metric has no equivalent")
     return iterations
-
-
-def _mutations(mutations: dict, where: str, conv: Conversion) -> dict[str, Any]:
-    out = {}
-    for name, value in mutations.items():
-        mapped = _domain(value, f"hyperparam_mutations[{name!r}]", where, conv)
-        if mapped is not None:
-            out[name] = mapped
-    return out
-
-
-# ---------------------------------------------------------------- param_space
-
-def _is_grid(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"grid_search"}
-
-
-def _all_grid(space: dict) -> bool:
-    return all(_is_grid(v) or not _is_domain(v) for v in space.values())
-
-
-def _is_domain(value: Any) -> bool:
-    from ray.tune.search.sample import Domain
-    return isinstance(value, Domain) or _is_grid(value)
-
-
-def _param_space(space: dict, c: Captured, conv: Conversion, scheduler: str | None):
-    params: dict[str, Any] = {}
-    constants: dict[str, Any] = {}
-    grid_size = 0
-    for name, value in space.items():
-        if _is_grid(value):
-            values = list(value["grid_search"])
-            params[name] = {"choice": values}
-            grid_size = (grid_size or 1) * len(values)
-        elif _is_domain(value):
-            mapped = _domain(value, f"param_space[{name!r}]", c.line, conv)
-            if mapped is not None:
-                params[name] = mapped
-        elif isinstance(value, dict) and any(_is_domain(v) for v in value.values()):
-            conv.refuse(f"param_space[{name!r}] (nested)", c.line,
-                        "kubetune's searchSpace is flat: move the nested parameters to the top level")
-        else:
-            try:
-                json.dumps(value)
-            except (TypeError, ValueError):
-                conv.refuse(f"param_space[{name!r}] = {type(value).__name__}", c.line,
-                            "a constant in spec.trial.config must be JSON (numbers, strings, lists, dicts)")
-                continue
-            constants[name] = value
-    if grid_size and not _all_grid(space):
-        conv.note("grid_search next to sampled parameters: each grid value is a choice, and maxTrials is "
-                  "num_samples x the grid's size, as in Ray; kubetune samples the grid values instead of "
-                  "enumerating them once per sample")
-    if scheduler == "pbt":
-        for name in list(params):
-            conv.note(f"PBT: {name} is sampled from the searchSpace for the first trials (Ray starts from "
-                      "param_space's value)")
-    return params, constants, grid_size
-
-
-def _domain(value: Any, what: str, where: str, conv: Conversion) -> dict[str, Any] | None:
-    from ray.tune.search import sample
-    if isinstance(value, (list, tuple)):
-        return {"choice": list(value)} if value else None
-    if callable(value) and not isinstance(value, sample.Domain):
-        mapped = lambdas.as_distribution(value)
-        if mapped is None:
-            conv.refuse(f"{what} = <function>", lambdas.where(value),
-                        "only lambda: random.uniform(a, b) / random.randint(a, b) / random.choice([...]) "
-                        "(or np.random's) map to a distribution; use tune.uniform(...) & co.")
-        return mapped
-    if _is_grid(value):
-        return {"choice": list(value["grid_search"])}
-    if isinstance(value, sample.Function):
-        mapped = lambdas.as_distribution(value.func)
-        if mapped is None:
-            conv.refuse(f"{what} = tune.sample_from(...)", getattr(value, LINE, where),
-                        "an arbitrary sampling function has no kubetune equivalent; use tune.uniform(...) & co.")
-        return mapped
-    if isinstance(value, sample.Categorical):
-        return {"choice": list(value.categories)}
-    sampler = value.get_sampler() if hasattr(value, "get_sampler") else None
-    q = None
-    if isinstance(sampler, sample.Quantized):
-        q, sampler = sampler.q, sampler.get_sampler()
-    if isinstance(sampler, sample.Normal):
-        conv.refuse(f"{what} = tune.randn(...)", where, "kubetune has no normal distribution; use tune.uniform")
-        return None
-    log = isinstance(sampler, sample.LogUniform)
-    integer = isinstance(value, sample.Integer)
-    low, high = value.lower, value.upper
-    if q is not None:
-        if log:
-            conv.refuse(f"{what} = tune.qloguniform/qlograndint(...)", where,
-                        "kubetune has no quantized log scale; use tune.loguniform or tune.qrandint")
-            return None
-        if integer:      # Ray's qrandint includes upper
-            return {"quniform": [int(low), int(high), int(q)]}
-        return {"quniform": [low, high, q]}
-    if integer:
-        if log:
-            conv.refuse(f"{what} = tune.lograndint(...)", where,
-                        "kubetune has no integer log scale; use tune.randint or tune.loguniform")
-            return None
-        return {"randint": [int(low), int(high)]}
-    return {"loguniform" if log else "uniform": [low, high]}
 
 
 # ---------------------------------------------------------------- RunConfig
