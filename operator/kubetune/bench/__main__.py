@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubetune.bench import report
+from kubetune.bench import machine, report
 from kubetune.bench.workloads import Workload, workloads
 
 LOCAL = ("tiny", "efficiency", "throughput")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     command = "python -m kubetune.bench" + (" " + shlex.join(argv if argv is not None else sys.argv[1:])).rstrip()
     result: dict[str, Any] = {"command": command.strip(), "quick": args.quick, "repeats": repeats,
-                              "machine": report.machine_info(), "runs": {}, "workloads": {}}
+                              "machine": machine.machine_info(), "runs": {}, "workloads": {}}
     started = time.time()
     specs = workloads(args.quick)
     for key in LOCAL:
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         bench.kube(specs, repeats)
 
     result["wall_s"] = time.time() - started
-    result["machine"]["loadavg_end"] = report.loadavg_text()
+    result["machine"]["loadavg_end"] = machine.loadavg_text()
     # every run imports the working tree afresh: say if it changed under the benchmark
-    result["machine"]["git_commit_end"], result["machine"]["git_dirty_end"] = report.git_state()
+    result["machine"]["git_commit_end"], result["machine"]["git_dirty_end"] = machine.git_state()
     result["summary"] = summarize(result["runs"], specs)
     rows = report.summary_rows(result["summary"])
     table = report.text_table(rows)

@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from kubetune.bench import report as bench_report
+from kubetune.bench import machine
 from kubetune.bench.kube import KubeBench
 from kubetune.bench.scale import shapes
 from kubetune.bench.scale.finished_trial import finished_status, trial_body
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     figures: dict[str, Any] = {"command": "python -m kubetune.bench.scale.get_trials "
                                           + " ".join(argv if argv is not None else sys.argv[1:]),
-                               "commit": bench_report.git_state()[0],
-                               "loadavg_start": bench_report.loadavg_text()}
+                               "commit": machine.git_state()[0],
+                               "loadavg_start": machine.loadavg_text()}
     with KubeBench(log=lambda m: print(m, file=sys.stderr, flush=True)) as bench:
         began = time.monotonic()
         experiment = populate(bench, "get-trials", args.trials, args.results)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.update(measure(bench, "get-trials", args.repeat))
         figures["with_managed_fields"] = peer
         figures["kubectl_get_ratio"] = round(figures["kubectl_get_s"] / peer["kubectl_get_s"], 3)
-    figures["loadavg_end"] = bench_report.loadavg_text()
+    figures["loadavg_end"] = machine.loadavg_text()
     print(json.dumps(figures))
     return 0
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kubetune.bench import report as bench_report
+from kubetune.bench import machine, report as bench_report
 from kubetune.bench.kube import KubeBench, Operator, RayHead
 from kubetune.bench.scale import apimetrics, checks, fairness, shapes
 from kubetune.bench.scale.observe import FINAL_EXPERIMENT_PHASES, Observer
@@ -54,15 +54,15 @@ class ScaleRun:
 
     def run(self) -> dict[str, Any]:
         figures: dict[str, Any] = {"settings": dataclasses.asdict(self.settings),
-                                   "machine": bench_report.machine_info()}
-        figures["machine"]["git_commit"], figures["machine"]["git_dirty"] = bench_report.git_state()
+                                   "machine": machine.machine_info()}
+        figures["machine"]["git_commit"], figures["machine"]["git_dirty"] = machine.git_state()
         with KubeBench(log=self.log) as bench:
             head = RayHead(self.settings.ray_cpus, bench.env).start()
             try:
                 figures.update(self._run(bench, head))
             finally:
                 head.stop()
-        figures["machine"]["loadavg_end"] = bench_report.loadavg_text()
+        figures["machine"]["loadavg_end"] = machine.loadavg_text()
         return figures
 
     def _run(self, bench: KubeBench, head: RayHead) -> dict[str, Any]:

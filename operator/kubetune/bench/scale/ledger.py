@@ -19,7 +19,7 @@ import json
 import statistics
 import time
 
-from kubetune.bench import report as bench_report
+from kubetune.bench import machine
 from kubetune.core.resources import ResourceLedger
 from kubetune.spec.resources import Resources
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=40, help="trials the cluster holds at once")
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args(argv)
-    start_load = bench_report.loadavg_text()
+    start_load = machine.loadavg_text()
     ledger = build(args.experiments, args.namespaces, args.parallelism, args.big, args.slots)
     bundle = [Resources(cpu=1.0 / args.slots)]
     waiting = len(ledger.waiting_bundles())
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"waiting": waiting, "slots": args.slots, "experiments": args.experiments + 1,
            "rebuild_ms": round(_median_s(rebuild, args.repeat) * 1e3, 3),
            "turnover_ms": round(_median_s(turnover, args.repeat) * 1e3, 3),
-           "load_start": start_load, "load_end": bench_report.loadavg_text(),
-           "commit": bench_report.git_state()[0]}
+           "load_start": start_load, "load_end": machine.loadavg_text(),
+           "commit": machine.git_state()[0]}
     print(json.dumps(out))
     return 0
 
