@@ -130,7 +130,7 @@ def test_deletion_is_retried_until_the_trials_are_gone():
         outcomes = []
         handle = registry.get("ray://head:10001")
         for _ in range(5):
-            handle._next_attempt = 0.0          # kopf's retry delay has passed
+            handle._reconnect.retry_at = float("-inf")   # kopf's retry delay has passed
             try:
                 await state.delete("ns", "e", body)
             except CleanupPending as error:
@@ -154,7 +154,7 @@ def test_deleting_an_experiment_on_an_address_never_reached_is_not_held_up():
     asyncio.run(OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList([]), checkpoint_storage="")
                 .delete("ns", "e", body))
     with pytest.raises(CleanupPending, match="no route to head"):   # with Trials, it waits for Ray
-        registry.get("ray://typo:10001")._next_attempt = 0.0
+        registry.get("ray://typo:10001")._reconnect.retry_at = float("-inf")
         asyncio.run(OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: TrialList(["e-0"]), checkpoint_storage="")
                     .delete("ns", "e", body))
 
@@ -185,7 +185,7 @@ def test_a_deletion_past_its_cleanup_timeout_still_lets_go_of_what_the_operator_
     with pytest.raises(CleanupPending):            # within the timeout: retried, nothing let go
         asyncio.run(state.delete("ns", "e", body))
     assert not released and ("ns", "e") in state.controllers and Writer.forgotten == []
-    registry.get("ray://head:10001")._next_attempt = 0.0
+    registry.get("ray://head:10001")._reconnect.retry_at = float("-inf")
     with pytest.raises(CleanupPending):            # past it: still unreachable, but let go
         asyncio.run(state.delete("ns", "e", body, give_up=True))
     assert released == [True] and ("ns", "e") not in state.controllers and Writer.forgotten == ["u1"]

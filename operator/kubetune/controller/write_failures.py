@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubetune.core.backoff import exponential
 from kubetune.k8s.errors import WriteRefused
 
 SURFACE_AFTER = 3
@@ -19,7 +20,7 @@ MAX_BACKOFF_S = 30.0
 
 
 def backoff(failures: int) -> float:
-    return min(FIRST_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
+    return exponential(failures, FIRST_BACKOFF_S, MAX_BACKOFF_S)
 
 
 @dataclass

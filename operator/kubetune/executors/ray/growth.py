@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
+from kubetune.core.backoff import Backoff
 from kubetune.core.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,7 @@ class GrowthReader:
         self.shapes: list[Resources] | None = None
         self.error = ""          # why the last read failed ("" once one succeeded)
         self._task: asyncio.Task | None = None
-        self._retry_at = float("-inf")
-        self._backoff = 1.0
+        self._retry = Backoff(first_s=1.0, max_s=MAX_BACKOFF_S)
 
     async def current(self, read: Callable[[], Awaitable[list[Resources] | None]],
                       wait_s: float | None = None) -> tuple[bool, list[Resources] | None]:
@@ -44,7 +44,7 @@ class GrowthReader:
         ``wait_s`` (default ``FIRST_WAIT_S``; a connect's refresh) while nothing is known
         yet.  Other refreshes pass 0: they run under the platform's lock, which every
         Experiment's step takes, and must not hold it while the head is slow."""
-        if self._task is None and self._clock() >= self._retry_at:
+        if self._task is None and self._retry.due(self._clock()):
             self._task = asyncio.ensure_future(self._read(read))
         wait_s = FIRST_WAIT_S if wait_s is None else wait_s
         if not self.known and self._task is not None and wait_s > 0:
@@ -57,13 +57,12 @@ class GrowthReader:
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - any failure: retried, placement goes on
-            log.warning("cannot read the autoscaler's node types yet (next attempt in %.0fs): %s",
-                        self._backoff, error)
+            wait_s = self._retry.failed(self._clock())
+            log.warning("cannot read the autoscaler's node types yet (next attempt in %.0fs): %s", wait_s, error)
             self.error = f"{type(error).__name__}: {error}"[:200]     # said in queued trials' words
-            self._retry_at = self._clock() + self._backoff
-            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
         else:
-            self.known, self.shapes, self._backoff, self.error = True, shapes, 1.0, ""
+            self.known, self.shapes, self.error = True, shapes, ""
+            self._retry.reset()
         finally:
             if self._task is asyncio.current_task():    # not a read forget() cancelled
                 self._task = None
@@ -73,5 +72,5 @@ class GrowthReader:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self.known, self.shapes, self._retry_at, self._backoff = False, None, float("-inf"), 1.0
-        self.error = ""
+        self.known, self.shapes, self.error = False, None, ""
+        self._retry.reset()

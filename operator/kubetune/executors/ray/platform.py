@@ -34,6 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
+from kubetune.core.backoff import Backoff
 from kubetune.core.resources import ResourceLedger, Resources
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
 from kubetune.executors.ray.connection import RayConnection
@@ -77,8 +78,7 @@ class RayPlatform(ExecutorPlatform):
         self._lock = asyncio.Lock()
         self._capacity_at = float("-inf")
         self._growth = GrowthReader(clock)     # the autoscaler's node types (growth.py)
-        self._next_attempt = 0.0
-        self._backoff = 1.0
+        self._reconnect = Backoff(first_s=1.0, max_s=MAX_RECONNECT_BACKOFF_SECONDS)
         self.last_error = ""
         self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
         self.uses = 0     # ensure_connected calls: a use since a count was taken keeps the connection
@@ -99,7 +99,7 @@ class RayPlatform(ExecutorPlatform):
             if self.executor is not None and not self.last_error:
                 return True
             now = self._clock()
-            if now < self._next_attempt:
+            if not self._reconnect.due(now):
                 return False
             if self.executor is None and self._admit is not None:
                 waiting = self._admit()     # asked and taken with no await in between: atomic
@@ -114,12 +114,10 @@ class RayPlatform(ExecutorPlatform):
                 await self._refresh_capacity_locked(force=True)
             except Exception as error:  # noqa: BLE001 - any failure to reach Ray means "unavailable"
                 self.last_error = f"cannot reach Ray at {self.address}: {_cause(error)}"
-                self._next_attempt = now + self._backoff
-                self._backoff = min(self._backoff * 2, MAX_RECONNECT_BACKOFF_SECONDS)
-                log.warning("%s (next attempt in %.0fs)", self.last_error, self._backoff)
+                log.warning("%s (next attempt in %.0fs)", self.last_error, self._reconnect.failed(now))
                 return False
             self.last_error = ""
-            self._backoff = 1.0
+            self._reconnect.reset()
             return True
 
     async def in_thread(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -148,7 +146,7 @@ class RayPlatform(ExecutorPlatform):
     def mark_unavailable(self, error: BaseException | str) -> None:
         """A call failed because the cluster went away: reconnect before the next call."""
         self.last_error = f"lost Ray at {self.address}: {_cause(error)}"
-        self._next_attempt = self._clock() + self._backoff
+        self._reconnect.hold(self._clock())
 
     async def retire(self, uses: int) -> bool:
         """End the connection (a driver process: the process) and forget what it knew;
@@ -164,7 +162,7 @@ class RayPlatform(ExecutorPlatform):
                 # a request stands until replaced (nothing times it out): withdraw it first,
                 # reconnecting if the cluster was lost; until that works the driver stays
                 # and the next check tries again
-                if self.last_error and self._clock() < self._next_attempt:
+                if self.last_error and not self._reconnect.due(self._clock()):
                     return False
                 try:
                     if self.last_error:
@@ -174,7 +172,8 @@ class RayPlatform(ExecutorPlatform):
                     log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
                     return False
             self.executor = None
-            self.last_error, self._backoff, self._next_attempt = "", 1.0, 0.0
+            self.last_error = ""
+            self._reconnect.reset()
             self._requested, self._capacity_at = None, float("-inf")
             self._growth.forget()
             self.retired = True
