@@ -215,6 +215,41 @@ def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, stor
     metric_rows_only.store.close()
 
 
+def test_a_rows_points_json_is_the_views_batch_after_batch_and_unused_once_stale(written, store_url):
+    """The JSON a compact row keeps of its points (curves.encode_points), which the
+    study-detail body splices in as it is, is what optuna-dashboard makes of them,
+    appended batch after batch; a row holds none when its points need more than that
+    form (NaN, steps out of order), and one whose points an older kubetune changed
+    without it (its CRC no longer theirs) is not used: readers format the points."""
+    written.write(Batch(results=reports(0, [{"loss": 1.25, "size": 2, "memory": 1.0}], start=2)
+                        + reports(3, [{"loss": 1e-05}, {"loss": 0.25}], start=1)))
+    written.write(Batch(results=reports(3, [{"loss": 3e16}], start=3)))
+    compact = open_store(store_url, read_only=True).compact_curves("exp-uid", "loss")
+    for uid, row in compact.items():
+        steps, numbers = (curve_rows.unpack(kind, data) for kind, data in zip("qd", row.packed))
+        if uid in ("uid-1", "uid-2"):     # NaN, infinity: written as strings by the view
+            assert row.points_json is None
+            continue
+        assert json.loads(row.points_json) == [{"step": s, "value": v} for s, v in zip(steps, numbers)]
+        assert row.encoded == len(steps)
+    assert [p["value"] for p in json.loads(compact["uid-3"].points_json)] == [0.5, 1e-05, 0.25, 3e16]
+    study_id = study_id_of("exp-uid")
+    fresh = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=False)
+    expected = fresh.kubetune_details.body(study_id, 0)
+    with written.engine.begin() as connection:   # an older kubetune rewrote uid-3's points: the JSON stays
+        connection.execute(schema.curves.update().where(schema.curves.c.trial_uid == "uid-3")
+                           .values(step_values=curve_rows.to_row("uid-3", curve_rows.CompactCurve(
+                               "loss", steps=[1, 2, 3, 4], values=[0.5, 1e-05, 0.25, 7.0]))["step_values"]))
+    stale = open_store(store_url, read_only=True).compact_curves("exp-uid", "loss")["uid-3"]
+    assert stale.points_json is None
+    app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=False)
+    served = json.loads(app.kubetune_details.body(study_id, 0))
+    assert [p["value"] for p in served["trials"][3]["intermediate_values"]] == [0.5, 1e-05, 0.25, 7.0]
+    before = json.loads(expected)
+    before["trials"][3]["intermediate_values"][-1]["value"] = 7.0
+    assert served["trials"] == before["trials"]
+
+
 def test_a_trials_next_results_do_not_count_the_results_it_has(written):
     """Keeping a trial's row costs the same at its 10th result as at its 100,000th: only a
     row made afresh is checked against a count of the stored results (it cost 45 ms a

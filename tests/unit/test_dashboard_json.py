@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import pickle
 from wsgiref.util import setup_testing_defaults
 
 import optuna
@@ -20,6 +21,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from kubetune.dashboard import dashboard_compat as odc
+from kubetune.dashboard.packed_trial import PackedCurveTrial, plain_copy
 from kubetune.dashboard.server import make_app
 from kubetune.dashboard.storage import ResultsStoreStorage
 from kubetune.dashboard.study_extras import deciding_trials, extra_study_property
@@ -75,7 +77,9 @@ def stores(tmp_path):
     store.write(Batch(experiments=[ExperimentRow("multi-uid", "team", "multi", "loss", "min", "Running", 100.0, MULTI),
                                    ExperimentRow("single-uid", "team", "single", "acc", "max", "Succeeded", 200.0,
                                                  SINGLE)],
-                      trials=mt + st, results=mr + sr))
+                      trials=mt + st))
+    for seq in range(4):   # a batch per result of each trial: the rows' points JSON is appended to (curves.py)
+        store.write(Batch(results=[r for r in mr + sr if r.seq == seq]))
     ours = ResultsStoreStorage(open_store(f"sqlite:///{tmp_path / 'results.db'}", read_only=True))
     rdb = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
     ids = {}
@@ -154,3 +158,29 @@ def test_study_extras_fold_two_trials_of_each_kind_and_answer_as_all(stores):
     assert deciding_trials(copies) == copies
     assert extra_study_property(multi, copies) == odc.get_cached_extra_study_property(odc.InMemoryCache(), multi,
                                                                                        copies)
+
+
+def test_a_trial_with_packed_points_is_a_frozen_trial_to_whoever_looks(stores):
+    """The storage hands trials whose intermediate values stay packed (packed_trial.py):
+    the body is made without their dicts, and a copy, pickle, comparison or repr sees a
+    plain FrozenTrial with them."""
+    ours, _, ids = stores
+    multi = next(s for s, r in ids.items() if r == 1)
+    ours = ResultsStoreStorage(open_store(ours.store.url, read_only=True))   # nothing asked of it yet
+    make_app(ours, warm=False).kubetune_details.body(multi, 0)
+    trials = ours.get_all_trials(multi, deepcopy=False)
+    packed = [t for t in trials if isinstance(t, PackedCurveTrial)]
+    # made only for what needs them: the few trials the search spaces fold, points the row's JSON cannot hold
+    untouched = [t for t in packed if vars(t)["intermediate_values"] is None]
+    assert len(packed) == 40 and len(untouched) >= 25
+    trial = untouched[0]
+    i = trial.number
+    plain = plain_copy(trial)
+    assert type(plain) is optuna.trial.FrozenTrial and plain.intermediate_values == {1: 1e-5 * (i + 1), 2: 2.5 + i,
+                                                                                     3: 1e16 / (i + 1)}
+    for seen in (copy.deepcopy(trial), pickle.loads(pickle.dumps(trial)), copy.copy(trial)):
+        assert seen == trial == plain and plain == seen and seen.intermediate_values == plain.intermediate_values
+    assert repr(trial) == repr(plain).replace("FrozenTrial(", "PackedCurveTrial(", 1)
+    assert all(vars(t)["intermediate_values"] is None for t in untouched)   # copies made theirs, not its
+    assert trial.last_step == 3 and vars(trial)["intermediate_values"] == plain.intermediate_values   # made when asked
+    ours.store.close()

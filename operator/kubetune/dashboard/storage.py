@@ -30,6 +30,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from kubetune.core.optuna_compat import FrozenStudy
+from kubetune.dashboard.packed_trial import Points
 from kubetune.dashboard.study import METRIC_NAMES_KEY, Curve, StudyShape, distributions_for, frozen_trial, shape_of
 from kubetune.results.rows import ExperimentRow, TrialRow
 from kubetune.results.store import ResultsStore
@@ -246,7 +247,7 @@ class ResultsStoreStorage(BaseStorage):
             if row is None or (row.results, row.seq) != (counted[0], counted[2]):
                 unread.append(trial_uid)
                 continue
-            curves[trial_uid] = Curve(row.intermediate(), started=row.started, ended=row.ended)
+            curves[trial_uid] = Curve(started=row.started, ended=row.ended, points=Points(*row.packed, row.points_json))
             if wanted <= set(row.metrics):
                 curves[trial_uid].last = {name: row.last[name] for name in shape.metrics if name in row.last}
             else:

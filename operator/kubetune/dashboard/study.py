@@ -13,6 +13,7 @@ Paused (checkpointed, will resume) are RUNNING."""
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from kubetune.core.optuna_compat import CONSTRAINTS_KEY, contains   # CONSTRAINTS_KEY: where samplers read them
+from kubetune.dashboard.packed_trial import PackedCurveTrial, Points
 from kubetune.results.rows import ExperimentRow, TrialRow
 from kubetune.spec.model import Constraint
 
@@ -117,6 +119,7 @@ class Curve:
     last: dict[str, float] = field(default_factory=dict)
     started: float | None = None
     ended: float | None = None
+    points: Points | None = None     # the intermediate values still packed (then ``intermediate`` is unused)
 
 
 def _time(epoch: float | None) -> datetime.datetime | None:
@@ -133,9 +136,9 @@ def frozen_trial(number: int, trial_id: int, row: TrialRow, shape: StudyShape, c
             values = finals
         else:
             state = TrialState.PRUNED
-    if state == TrialState.PRUNED and len(shape.objectives) == 1 and curve.intermediate:
+    if state == TrialState.PRUNED and len(shape.objectives) == 1 and (curve.points or curve.intermediate):
         # Optuna's own rule: a pruned trial's value is its last finite intermediate value
-        last = curve.intermediate[max(curve.intermediate)]
+        last = curve.points.last() if curve.points else curve.intermediate[max(curve.intermediate)]
         values = [last] if math.isfinite(last) else None
     system_attrs: dict[str, Any] = {}
     if state.is_finished() and shape.constraints:
@@ -145,11 +148,14 @@ def frozen_trial(number: int, trial_id: int, row: TrialRow, shape: StudyShape, c
         user_attrs["reason"] = row.reason
     if row.attempt:
         user_attrs["attempt"] = row.attempt
-    return FrozenTrial(
+    if curve.points is not None:
+        kind, intermediate = functools.partial(PackedCurveTrial, points=curve.points), {}
+    else:
+        kind, intermediate = FrozenTrial, {"intermediate_values": dict(curve.intermediate)}
+    return kind(
         number=number, state=state, value=None, values=values,
         datetime_start=_time(curve.started) if state != TrialState.WAITING else None,
         datetime_complete=_time(curve.ended) if state.is_finished() else None,
         params=trial_params(row.params, distributions),
         distributions={name: distributions[name] for name in row.params},
-        user_attrs=user_attrs, system_attrs=system_attrs,
-        intermediate_values=dict(curve.intermediate), trial_id=trial_id)
+        user_attrs=user_attrs, system_attrs=system_attrs, trial_id=trial_id, **intermediate)

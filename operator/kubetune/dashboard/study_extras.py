@@ -32,6 +32,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from kubetune.dashboard import dashboard_compat as odc
+from kubetune.dashboard.packed_trial import has_intermediate_values
 
 FOLDS_TO_SETTLE = 2
 
@@ -66,4 +67,4 @@ def _kind(trial: FrozenTrial, distributions: dict[str, Any]) -> tuple:
     """What folding ``trial`` adds depends on this alone (given one distribution per name)."""
     sortable = tuple((name, not isinstance(value, bool) and isinstance(value, numbers.Real))
                      for name, value in trial.user_attrs.items())
-    return (trial.state == TrialState.FAIL, bool(trial.intermediate_values), sortable, tuple(distributions))
+    return (trial.state == TrialState.FAIL, has_intermediate_values(trial), sortable, tuple(distributions))

@@ -24,7 +24,6 @@ metric was never reported: ``json.dumps`` writes ``Infinity``, orjson ``null``),
 anything orjson refuses (an integer over 64 bits, a lone surrogate)."""
 from __future__ import annotations
 
-import copy
 import json
 import math
 from typing import Any
@@ -34,6 +33,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
 from kubetune.dashboard import dashboard_compat as odc
+from kubetune.dashboard.packed_trial import PackedCurveTrial, plain_copy
 
 
 def trial_json(study_id: int, trial: FrozenTrial, system_attrs: dict[str, Any]) -> bytes:
@@ -55,25 +55,28 @@ class TrialEncoder:
         self._types: dict[type, str] = {}
 
     def encode(self, trial: FrozenTrial) -> bytes:
-        bare = copy.copy(trial)
-        bare.intermediate_values, bare.params, bare.distributions = {}, {}, {}
+        bare = plain_copy(trial, intermediate_values={}, params={}, distributions={})
         values = trial.values
         finite = values is not None and all(map(math.isfinite, values))
         if finite:   # written as they are; the serializer's three numpy calls per value only matter otherwise
             bare.values = None
         serialized = odc.serialize_frozen_trial(self.study_id, bare, self.system_attrs)
         serialized["params"] = self._params(trial)
-        serialized["intermediate_values"] = intermediate_values(trial.intermediate_values)
+        packed = trial.points_json() if isinstance(trial, PackedCurveTrial) else None
+        serialized["intermediate_values"] = orjson.Fragment(packed) if packed is not None else \
+            intermediate_values(trial.intermediate_values)
         if finite:   # where the serializer puts them: before the times
             times = {key: serialized.pop(key) for key in ("datetime_start", "datetime_complete") if key in serialized}
             serialized["values"] = list(values)
             serialized.update(times)
-        if not all(map(math.isfinite, serialized.get("constraints") or ())):
-            return json.dumps(serialized).encode()
-        try:
-            return orjson.dumps(serialized)
-        except TypeError:   # orjson.JSONEncodeError: what only the standard encoder writes
-            return json.dumps(serialized).encode()
+        if all(map(math.isfinite, serialized.get("constraints") or ())):
+            try:
+                return orjson.dumps(serialized)
+            except TypeError:   # orjson.JSONEncodeError: what only the standard encoder writes
+                pass
+        if packed is not None:
+            serialized["intermediate_values"] = intermediate_values(trial.intermediate_values)
+        return json.dumps(serialized).encode()
 
     def _params(self, trial: FrozenTrial) -> list[dict[str, Any]]:
         """``serialize_frozen_trial``'s list of parameters."""

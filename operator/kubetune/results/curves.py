@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import math
 import sys
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+import orjson
 from sqlalchemy import func, select
 
 from kubetune.results import schema, values
@@ -50,6 +52,9 @@ class CompactCurve:
     overflow: bool = False
     metrics: tuple[str, ...] = ()    # the study's metrics (``metric`` first) whose last values ``last`` holds
     last: dict[str, float] = field(default_factory=dict)   # ... those the last result reported as numbers
+    packed: tuple[bytes, bytes] | None = None   # read with ``unpacked=False``: (steps, values) as stored
+    points_json: bytes | None = None    # the points as JSON (``encode_points``), when the row's is current
+    encoded: int = 0                    # ... how many of ``steps`` it holds (the writer appends the rest)
 
     def add(self, seq: int, iteration: int, at: float, numbers: dict[str, float], seen: set[int]) -> None:
         """Merge one result, in seq order (``numbers``: what it reported as numbers among ``metrics``)."""
@@ -72,6 +77,8 @@ class CompactCurve:
         self.values.append(value)
 
     def intermediate(self) -> dict[int, float]:
+        if self.packed is not None:
+            return dict(zip(unpack("q", self.packed[0]), unpack("d", self.packed[1])))
         return dict(zip(self.steps, self.values))
 
 
@@ -82,7 +89,7 @@ def _pack(kind: str, items: Sequence) -> bytes:
     return packed.tobytes()
 
 
-def _unpack(kind: str, data: bytes | None) -> list:
+def unpack(kind: str, data: bytes | None) -> list:
     packed = array(kind, bytes(data or b""))
     if sys.byteorder != "little":
         packed.byteswap()
@@ -90,19 +97,57 @@ def _unpack(kind: str, data: bytes | None) -> list:
 
 
 def to_row(trial_uid: str, curve: CompactCurve) -> dict:
+    steps, step_values = _pack("q", curve.steps), _pack("d", curve.values)
+    points = encode_points(curve)
     return {"trial_uid": trial_uid, "metric": curve.metric, "results": curve.results, "seq": curve.seq,
             "started": curve.started, "ended": curve.ended, "overflow": int(curve.overflow),
-            "steps": _pack("q", curve.steps), "step_values": _pack("d", curve.values),
-            "last": json.dumps({"metrics": curve.metrics, "values": curve.last})}   # NaN, Infinity: Python's JSON
+            "steps": steps, "step_values": step_values,
+            "last": json.dumps({"metrics": curve.metrics, "values": curve.last}),   # NaN, Infinity: Python's JSON
+            "points_json": points, "points_crc": None if points is None else points_crc(steps, step_values)}
 
 
-def from_row(row) -> CompactCurve:
-    """A stored row (the columns of ``schema.curves`` in order; ``last`` None in a row
-    written before that column) as a CompactCurve."""
-    _, metric, results, seq, started, ended, overflow, steps, numbers, *last = row
-    kept = json.loads(last[0]) if last and last[0] else {"metrics": [], "values": {}}
-    return CompactCurve(metric, int(results), int(seq), started, ended, _unpack("q", steps), _unpack("d", numbers),
-                        bool(overflow), tuple(kept["metrics"]), kept["values"])
+def from_row(row, unpacked: bool = True) -> CompactCurve:
+    """A stored row (the columns of ``schema.curves`` in order; the later ones absent or
+    None in a row an older kubetune wrote) as a CompactCurve; ``unpacked=False``: its
+    points left packed in ``packed`` (a reader that only passes them on spares a million
+    list items).  ``points_json`` is kept only when it is of the points stored (an older
+    kubetune writing to this database updates the points, not it)."""
+    _, metric, results, seq, started, ended, overflow, steps, numbers, *later = row
+    last, points, crc = (list(later) + [None, None, None])[:3]
+    kept = values.loads(last) if last else {"metrics": [], "values": {}}
+    curve = CompactCurve(metric, int(results), int(seq), started, ended, overflow=bool(overflow),
+                         metrics=tuple(kept["metrics"]), last=kept["values"])
+    steps, numbers = bytes(steps or b""), bytes(numbers or b"")
+    if points is not None and crc is not None and int(crc) == points_crc(steps, numbers):
+        curve.points_json, curve.encoded = bytes(points), len(steps) // 8
+    if unpacked:
+        curve.steps, curve.values = unpack("q", steps), unpack("d", numbers)
+    else:
+        curve.packed = (steps, numbers)
+    return curve
+
+
+def points_crc(steps: bytes, step_values: bytes) -> int:
+    return zlib.crc32(step_values, zlib.crc32(steps))
+
+
+def encode_points(curve: CompactCurve) -> bytes | None:
+    """``[{"step": s, "value": v}, ...]``: the points by step as JSON, what a study view
+    sends (optuna-dashboard's form; a cold opening splices it in as it is, instead of
+    formatting a million floats).  None, and readers format the points themselves, when
+    a value is not finite (that form writes those as strings) or steps came out of
+    order.  Appends to the text the row had (``encoded`` points) rather than making it
+    again: a long trial's batch costs its new points."""
+    steps, numbers = curve.steps, curve.values
+    if curve.overflow or not all(map(math.isfinite, numbers)) or steps != sorted(steps):
+        return None
+    done = curve.encoded if curve.points_json is not None and curve.encoded <= len(steps) else 0
+    tail = orjson.dumps([{"step": s, "value": v} for s, v in zip(steps[done:], numbers[done:])])
+    if not done:
+        return tail
+    if tail == b"[]":
+        return curve.points_json
+    return curve.points_json[:-1] + b"," + tail[1:]
 
 
 def numbers_of(reported, metrics: Sequence[str]) -> dict[str, float]:

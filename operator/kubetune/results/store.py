@@ -236,7 +236,7 @@ class ResultsStore:
         table = schema.trials
         query = select(table).where(table.c.experiment_uid == experiment_uid).order_by(table.c.index, table.c.name)
         with self.engine.connect() as connection:
-            return [TrialRow(**{**row._mapping, "params": json.loads(row.params)})
+            return [TrialRow(**{**row._mapping, "params": values.loads(row.params)})
                     for row in connection.execute(query)]
 
     def results(self, experiment_uid: str, trial_uid: str | None = None) -> list[ResultRow]:
@@ -328,8 +328,8 @@ class ResultsStore:
 
     def compact_curves(self, experiment_uid: str, metric: str,
                        trial_uids: Sequence[str] | None = None) -> dict[str, curve_rows.CompactCurve]:
-        """Trial UID -> its compact row (results/curves.py) for ``metric``, rows given up
-        left out.  A caller uses a row only when its ``results`` and ``seq`` match
+        """Trial UID -> its compact row (results/curves.py) for ``metric``, its points left
+        packed (``CompactCurve.packed``), rows given up left out.  A caller uses a row only when its ``results`` and ``seq`` match
         ``result_stats`` (and its last values when its ``metrics`` hold those it needs);
         any other trial it reads through ``curves`` and ``last_values``."""
         c = schema.curves
@@ -339,7 +339,7 @@ class ResultsStore:
         with self.engine.connect() as connection:
             for where in self._chunks(experiment_uid, c.c.trial_uid, trial_uids):
                 query = select(*self._curve_columns).where(where, c.c.metric == metric, c.c.overflow == 0)
-                found.update((row[0], curve_rows.from_row(row)) for row in _raw_rows(connection, query))
+                found.update((row[0], curve_rows.from_row(row, unpacked=False)) for row in _raw_rows(connection, query))
         return found
 
     def last_values(self, experiment_uid: str, metrics: Sequence[str],
