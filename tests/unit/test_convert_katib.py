@@ -38,7 +38,7 @@ def test_random_search_with_a_job_template_and_the_stdout_collector():
     assert spec["objective"] == {"metric": "Validation-accuracy", "mode": "max", "goal": 0.99}
     assert spec["searchSpace"] == {"lr": {"uniform": [0.01, 0.03]}, "num-layers": {"randint": [2, 6]},
                                    "optimizer": {"choice": ["sgd", "adam", "ftrl"]},
-                                   "batch-size": {"choice": [16, 32, 64]}}
+                                   "batch-size": {"ordinal": [16, 32, 64]}}   # discrete: numbers in order
     assert spec["search"] == {"algorithm": "random", "seed": 10}
     assert spec["budget"] == {"maxTrials": 12, "parallelism": 3, "maxFailedTrials": 3}
     trial = spec["trial"]

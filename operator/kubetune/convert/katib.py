@@ -3,7 +3,7 @@
 | Katib | kubetune |
 |---|---|
 | objective type/goal/objectiveMetricName | objective mode/goal/metric (additionalMetricNames are collected) |
-| parameters: double/int/categorical/discrete, feasibleSpace min/max/step/list, distribution logUniform | searchSpace uniform/loguniform/quniform/randint/choice |
+| parameters: double/int/categorical/discrete, feasibleSpace min/max/step/list, distribution logUniform | searchSpace uniform/loguniform/quniform/randint/choice/ordinal (discrete) |
 | algorithm random/grid/tpe/multivariate-tpe/cmaes/bayesianoptimization/sobol (random_state) | search.algorithm random/grid/tpe/cmaes/gp/qmc (seed) |
 | algorithm hyperband (r_l, eta, resource_name) | scheduler hyperband (maxIterations, reductionFactor) |
 | earlyStopping medianstop (start_step) | scheduler median (gracePeriod) |
@@ -131,6 +131,10 @@ def _parameters(parameters: list, conv: Conversion) -> dict[str, Any]:
             values = list(feasible.get("list") or [])
             if kind == "discrete":
                 values = [_number(v, float(v).is_integer()) for v in values]
+                ordered = sorted(set(values))
+                if len(ordered) > 1:        # numbers in order: the samplers use it (a choice is unordered)
+                    space[name] = {"ordinal": ordered}
+                    continue
             space[name] = {"choice": values}
             continue
         if kind not in ("double", "int"):

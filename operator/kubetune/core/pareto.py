@@ -16,6 +16,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from kubetune.core.optuna_compat import compute_hypervolume, pareto_front_trials
+from kubetune.core.samplers import from_study
 
 if TYPE_CHECKING:
     from kubetune.core.runner import TrialRunner
@@ -89,7 +90,8 @@ def compute(runner: "TrialRunner") -> Outcomes:
     directions = study.directions
     front.sort(key=lambda t: (_loss(t.values, directions), t.number))
     names = [o.metric for o in spec.objectives]
-    points = tuple(FrontPoint(trial=f"{runner.experiment}-{searcher.index_of(t)}", params=dict(t.params),
+    points = tuple(FrontPoint(trial=f"{runner.experiment}-{searcher.index_of(t)}",
+                              params=from_study(searcher.space, t.params),
                               values=dict(zip(names, t.values))) for t in front[:MAX_FRONT_POINTS])
     history: list[tuple[int, float]] = []
     if spec.reference_point is not None:

@@ -8,7 +8,7 @@ import importlib.util
 import math
 import random
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -39,6 +39,11 @@ def to_distribution(param: Param) -> BaseDistribution:
         return FloatDistribution(param.low, top, step=param.q)
     if param.kind == "choice":
         return CategoricalDistribution(param.choices)
+    if param.kind == "ordinal":
+        # its position in the list (to_study/from_study): a CategoricalDistribution would
+        # be unordered, which CMA-ES and GP do not search (Optuna samples it at random)
+        # and TPE treats as unrelated labels
+        return IntDistribution(0, len(param.choices) - 1)
     raise ValueError(f"unknown distribution {param.kind!r}; known: {', '.join(DISTRIBUTIONS)}")
 
 
@@ -98,6 +103,59 @@ def make_sampler(algorithm: str, seed: int | None, *, grid: dict[str, list[Any]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return samplers[algorithm]()
+
+
+def shown_distribution(param: Param) -> BaseDistribution:
+    """The distribution of the values trials run, for the dashboard: an ordinal's list."""
+    return CategoricalDistribution(param.choices) if param.kind == "ordinal" else to_distribution(param)
+
+
+def to_study(space: Mapping[str, Param], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as the study holds them: an ordinal as its position in its list.
+    ValueError for a value the space does not list."""
+    return {name: space[name].choices.index(_listed(space[name], value)) if name in space and
+            space[name].kind == "ordinal" else value for name, value in params.items()}
+
+
+def from_study(space: Mapping[str, Param], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as a trial runs them: an ordinal's position back to its value."""
+    return {name: space[name].choices[value] if name in space and space[name].kind == "ordinal" else value
+            for name, value in params.items()}
+
+
+def contains(param: Param, distribution: BaseDistribution, value: Any) -> bool:
+    """Whether a trial's ``value`` (as it runs) lies in the parameter's space."""
+    return param.contains(value) if param.kind == "ordinal" else optuna_compat.contains(distribution, value)
+
+
+def _listed(param: Param, value: Any) -> Any:
+    if not param.contains(value):
+        raise ValueError(f"{value!r} is not one of {list(param.choices)}")
+    return value
+
+
+# warm-starting CMA-ES needs this many earlier trials (it starts from their best 10%)
+WS_CMA_MIN_TRIALS = 10
+
+
+def cma_source_trials(trials: list[optuna.trial.FrozenTrial],
+                      distributions: dict[str, BaseDistribution]) -> list[optuna.trial.FrozenTrial] | None:
+    """The warm-start trials as WS-CMA-ES's ``source_trials``, or None when it cannot use them.
+    It fits its start to the best 10% of them (cmaes' get_warm_start_mgd, gamma 0.1):
+    fewer than 10 select none, and it refuses."""
+    if len(trials) < WS_CMA_MIN_TRIALS:
+        return None
+    # CMA-ES searches only the numeric parameters with more than one value (a choice,
+    # or a range a bounding box narrowed to one value, is sampled on its own), and
+    # accepts a source trial only if its parameters are exactly those: otherwise it
+    # raises "No compatible source_trials" on every ask.
+    cma_space = {name: d for name, d in distributions.items()
+                 if isinstance(d, (FloatDistribution, IntDistribution)) and not d.single()}
+    if not cma_space:
+        return None
+    return [optuna.trial.create_trial(
+        state=t.state, values=t.values, params={n: t.params[n] for n in cma_space},
+        distributions=cma_space, user_attrs=t.user_attrs, system_attrs=t.system_attrs) for t in trials]
 
 
 def resample(param: Param, rng: random.Random) -> Any:

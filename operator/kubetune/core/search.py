@@ -23,20 +23,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
-from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from kubetune.core import optuna_compat
-from kubetune.core.samplers import ask_seed, make_sampler, missing_packages, reseed, resample, to_distribution
+from kubetune.core.samplers import (WS_CMA_MIN_TRIALS, ask_seed, cma_source_trials, contains,  # noqa: F401
+                                    from_study, make_sampler, missing_packages, reseed, resample,
+                                    to_distribution, to_study)
 from kubetune.core.search_values import (RUNG_ATTR_PREFIX, config_key, history_values, kept_steps, objective_value,
                                          record_latest)
 from kubetune.core.types import TrialPhase, TrialRecord
 from kubetune.core.warm_box import bounding_box
 from kubetune.core.warm_trials import WarmTrial, usable_warm_trials
 from kubetune.spec.model import ExperimentSpec, Param, SpecError
-
-# warm-starting CMA-ES needs this many earlier trials (it starts from their best 10%)
-WS_CMA_MIN_TRIALS = 10
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,8 @@ class Searcher:
         if algorithm == "grid":
             # GridSampler sorts names itself; build the same dict so restored trials carry
             # the exact ``search_space`` attribute it compares against.
-            self._grid = {name: self.space[name].grid_values() for name in sorted(self.space)}
+            self._grid = {name: [to_study(self.space, {name: v})[name] for v in self.space[name].grid_values()]
+                          for name in sorted(self.space)}
         self.study = self._new_study()
         self._enqueue_initial_points()
 
@@ -114,34 +113,20 @@ class Searcher:
         return study
 
     def _cma_source_trials(self) -> list[optuna.trial.FrozenTrial] | None:
-        # WS-CMA-ES fits its start to the best 10% of the earlier trials (cmaes'
-        # get_warm_start_mgd, gamma 0.1): fewer than 10 select none, and it refuses
-        trials = self._warm_frozen()
-        if len(trials) < WS_CMA_MIN_TRIALS:
-            return None
-        # CMA-ES searches only the numeric parameters with more than one value (a choice,
-        # or a range a bounding box narrowed to one value, is sampled on its own), and
-        # accepts a source trial only if its parameters are exactly those: otherwise it
-        # raises "No compatible source_trials" on every ask.
-        cma_space = {name: d for name, d in self.distributions.items()
-                     if isinstance(d, (FloatDistribution, IntDistribution)) and not d.single()}
-        if not cma_space:
-            return None
-        return [optuna.trial.create_trial(
-            state=t.state, values=t.values, params={n: t.params[n] for n in cma_space},
-            distributions=cma_space, user_attrs=t.user_attrs, system_attrs=t.system_attrs) for t in trials]
+        return cma_source_trials(self._warm_frozen(), self.distributions)
 
     def _warm_frozen(self) -> list[optuna.trial.FrozenTrial]:
         """The warm-start trials as completed Optuna trials (what ``Study.add_trial`` adds)."""
         return [optuna.trial.create_trial(
             state=TrialState.COMPLETE, values=[warm.metrics[o.metric] for o in self._spec.objectives],
-            params=dict(warm.params), distributions=self.distributions, user_attrs={"kubetune:source": warm.source},
+            params=to_study(self.space, warm.params), distributions=self.distributions,
+            user_attrs={"kubetune:source": warm.source},
             system_attrs=self._constraint_attrs(warm.metrics)) for warm in self._warm]
 
     def _enqueue_initial_points(self) -> None:
         # Enqueued trials take their numbers now: call after every restored trial is added.
         for point in self._spec.search.initial_points[self._asked:]:
-            self.study.enqueue_trial(dict(point), skip_if_exists=False)
+            self.study.enqueue_trial(to_study(self.space, point), skip_if_exists=False)
 
     def _compatible(self, warm_start: Sequence[WarmTrial]) -> tuple[list[WarmTrial], list[str]]:
         return usable_warm_trials(self._spec, self.distributions, warm_start)
@@ -155,8 +140,8 @@ class Searcher:
             return
         self.space = box.space
         self.distributions = {name: to_distribution(p) for name, p in self.space.items()}
-        inside = [w for w in self._warm
-                  if all(optuna_compat.contains(dist, w.params[name]) for name, dist in self.distributions.items())]
+        inside = [w for w in self._warm if all(contains(self.space[name], dist, w.params[name])
+                                               for name, dist in self.distributions.items())]
         outside = len(self._warm) - len(inside)
         self._warm = inside
         self.warm_start_region = box.description + (
@@ -201,7 +186,7 @@ class Searcher:
         self._ids[trial_name] = optuna_compat.trial_id(trial)
         self._running[trial_name] = trial
         self._last_step[trial_name] = 0
-        return {name: trial.params[name] for name in self.distributions}
+        return from_study(self.space, {name: trial.params[name] for name in self.distributions})
 
     def report_intermediate(self, trial_name: str, iteration: int, value: float) -> None:
         """Record one objective value (as judged: NaN for any non-finite one). Iterations
@@ -386,7 +371,7 @@ class Searcher:
             values = history_values(record.history, self._metric)
         try:
             return optuna.trial.create_trial(
-                state=TrialState.RUNNING, params=dict(record.params), distributions=self.distributions,
+                state=TrialState.RUNNING, params=to_study(self.space, record.params), distributions=self.distributions,
                 intermediate_values=values, system_attrs=attrs)
         except ValueError:
             # Parameters outside today's search space (the spec changed while the operator

@@ -68,13 +68,16 @@ def _narrow(param: Param, values: list[Any]) -> Param:
         return dataclasses.replace(param, choices=tuple(c for c in param.choices if any(
             type(c) is type(v) and c == v for v in values)))
     low, high = min(values), max(values)
+    if param.kind == "ordinal":
+        kept = tuple(c for c in param.choices if low <= c <= high)
+        return dataclasses.replace(param, low=low, high=high, choices=kept)
     if param.kind == "randint":
         return dataclasses.replace(param, low=int(low), high=int(high) + 1)   # high stays exclusive
     return dataclasses.replace(param, low=low, high=high)    # quniform: both are on its grid
 
 
 def _show(name: str, param: Param) -> str:
-    if param.kind == "choice":
+    if param.kind in ("choice", "ordinal"):
         return f"{name} in {{{', '.join(map(str, param.choices))}}}"
     high = param.high - 1 if param.kind == "randint" else param.high
     return f"{name} in [{param.low:.6g}, {high:.6g}]"
@@ -102,6 +105,6 @@ def bounding_box(spec: ExperimentSpec, warm: Sequence[Any]) -> tuple[Box | None,
 
 
 def _single(param: Param) -> bool:
-    if param.kind == "choice":
+    if param.kind in ("choice", "ordinal"):
         return len(param.choices) == 1
     return param.grid_size() == 1 if param.kind in ("randint", "quniform") else param.low == param.high

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from optuna.distributions import BaseDistribution
 
 from kubetune.core import optuna_compat
+from kubetune.core.samplers import contains
 from kubetune.core.search_values import objective_value
 from kubetune.core.types import TrialPhase, TrialRecord
 from kubetune.spec.model import ExperimentSpec
@@ -37,6 +38,11 @@ def warm_trials(experiment: str, records: Iterable[TrialRecord]) -> list[WarmTri
     return found
 
 
+def _inside(spec: ExperimentSpec, name: str, distribution: BaseDistribution, value: Any) -> bool:
+    param = spec.search_space.get(name)
+    return optuna_compat.contains(distribution, value) if param is None else contains(param, distribution, value)
+
+
 def usable_warm_trials(spec: ExperimentSpec, distributions: Mapping[str, BaseDistribution],
                        warm_start: Sequence[WarmTrial]) -> tuple[list[WarmTrial], list[str]]:
     """The warm-start trials this search space can use (their values for today's
@@ -46,7 +52,7 @@ def usable_warm_trials(spec: ExperimentSpec, distributions: Mapping[str, BaseDis
     for warm in warm_start:
         missing = [name for name in distributions if name not in warm.params]
         outside = [name for name, dist in distributions.items()
-                   if name in warm.params and not optuna_compat.contains(dist, warm.params[name])]
+                   if name in warm.params and not _inside(spec, name, dist, warm.params[name])]
         unreported = [o.metric for o in spec.objectives
                       if objective_value(warm.metrics, o.metric) is None
                       or math.isnan(objective_value(warm.metrics, o.metric))]

@@ -31,6 +31,6 @@ def study_json(objectives: Iterable[tuple[str, str]], constraints: Iterable[Cons
 
 
 def from_spec(spec: ExperimentSpec) -> str:
-    from kubetune.core.samplers import to_distribution
+    from kubetune.core.samplers import shown_distribution
     return study_json([(o.metric, o.mode) for o in spec.objectives], spec.constraints,
-                      {name: to_distribution(param) for name, param in spec.search_space.items()})
+                      {name: shown_distribution(param) for name, param in spec.search_space.items()})

@@ -17,7 +17,7 @@ ALGORITHMS = ("random", "grid", "tpe", "cmaes", "gp", "qmc", "nsgaii", "auto")  
 SINGLE_OBJECTIVE_ALGORITHMS = ("cmaes", "gp")
 # scheduler names are not listed here: each scheduler's file in core/schedulers/ says its
 # own (the package finds them), and core.schedulers.scheduler_class refuses other names
-DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice")
+DISTRIBUTIONS = ("uniform", "loguniform", "quniform", "randint", "choice", "ordinal")
 EXECUTORS = ("ray", "pod")
 WARM_START_SPACES = ("full", "boundingBox")   # spec.warmStart.searchSpace
 METRICS_COLLECTORS = ("push", "stdout")
@@ -41,7 +41,9 @@ class Param:
     ``kind`` is the distribution name. ``uniform``/``loguniform``: floats in [low, high].
     ``quniform``: multiples of ``q`` from ``low`` up to ``high`` (ints when low, high and q
     are all integers). ``randint``: integers in [low, high) like Ray Tune.
-    ``choice``: one of ``choices``.
+    ``choice``: one of ``choices``, unordered. ``ordinal``: one of ``choices``, increasing
+    numbers whose order the samplers use (Katib's ``discrete``): the samplers see its
+    position in the list, 0..n-1 (core/samplers.py: to_study, from_study).
     """
     kind: str
     low: float | int | None = None
@@ -64,7 +66,7 @@ class Param:
         return None if size is None else [self.grid_value(i) for i in range(size)]
 
     def grid_size(self) -> int | None:
-        if self.kind == "choice":
+        if self.kind in ("choice", "ordinal"):
             return len(self.choices)
         if self.kind == "randint":
             return int(self.high - self.low)
@@ -77,6 +79,8 @@ class Param:
         ``randint: [0, 2147483647]`` as a list is tens of GiB)."""
         if self.kind == "choice":
             return any(type(c) is type(value) and c == value for c in self.choices)
+        if self.kind == "ordinal":
+            return not isinstance(value, bool) and isinstance(value, (int, float)) and value in self.choices
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return False
         if self.kind == "randint":
@@ -90,7 +94,7 @@ class Param:
 
     def grid_value(self, index: int) -> Any:
         """The ``index``-th of ``grid_values()``, computed: 0 <= index < grid_size()."""
-        if self.kind == "choice":
+        if self.kind in ("choice", "ordinal"):
             return self.choices[index]
         if self.kind == "randint":
             return int(self.low) + index

@@ -128,7 +128,9 @@ def initial_points(raw: Any, space: Mapping[str, Param]) -> tuple[Mapping[str, A
                 continue
             if not is_number(value) or not param.contains(value):
                 allowed = {"randint": f"an integer in [{param.low}, {param.high})",
-                           "quniform": f"a multiple of {param.q} from {param.low} to {param.high}"}.get(
+                           "quniform": f"a multiple of {param.q} from {param.low} to {param.high}",
+                           "ordinal": f"one of {list(param.choices)[:10]}"
+                                      f"{' ...' if len(param.choices) > 10 else ''}"}.get(
                     param.kind, f"in [{param.low:g}, {param.high:g}]")
                 raise SpecError(f"{where}.{name}", f"{repr(value)[:100]} is outside the search space: "
                                                    f"use {allowed}")

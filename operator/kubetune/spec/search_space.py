@@ -72,6 +72,8 @@ def _param(name: str, raw: Any) -> Param:
             raise SpecError(path, f"bounds must be integers (got {values})")
         _within_range(path, low, high)
         return Param(kind, low=int(low), high=int(high))
+    if kind == "ordinal":
+        return _ordinal(path, values)
     # choice
     if not isinstance(values, list) or not values:
         raise SpecError(path, "expected a non-empty list of values, e.g. [32, 64, 128]")
@@ -89,6 +91,25 @@ def _param(name: str, raw: Any) -> Param:
             raise SpecError(path, f"duplicate value {value!r}")
         seen.append(value)
     return Param(kind, choices=tuple(values))
+
+
+def _ordinal(path: str, values: Any) -> Param:
+    """Increasing numbers, sampled in their order (unlike a choice's, which samplers
+    treat as unordered: CMA-ES and GP do not search those at all)."""
+    if not isinstance(values, list) or len(values) < 2:
+        raise SpecError(path, "expected a list of at least 2 increasing numbers, e.g. [16, 32, 64, 128]")
+    if len(values) > MAX_CHOICES:
+        raise SpecError(path, f"has {len(values)} values (at most {MAX_CHOICES}); sample from a range "
+                              "(quniform, loguniform, uniform) instead")
+    for value in values:
+        if not is_number(value):
+            raise SpecError(path, f"values must be finite numbers (got {value!r}); for unordered values use choice")
+    for before, after in zip(values, values[1:]):
+        if not before < after:
+            raise SpecError(path, f"values must increase (got {before!r} then {after!r}): list them in order, "
+                                  "once each")
+    _within_range(path, values[0], values[-1])
+    return Param("ordinal", low=values[0], high=values[-1], choices=tuple(values))
 
 
 def _within_range(path: str, low: float, high: float) -> None:

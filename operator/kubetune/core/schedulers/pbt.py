@@ -25,8 +25,9 @@ NO_CHECKPOINT_WARNING_AFTER = 3     # exploits skipped for want of a donor check
 
 def perturb(param: Param, value: Any, rng: random.Random) -> Any:
     """Move one value a little: numbers x0.8 or x1.2 within bounds; choices to a neighbour."""
-    if param.kind == "choice":
-        index = next((i for i, c in enumerate(param.choices) if type(c) is type(value) and c == value), 0)
+    if param.kind in ("choice", "ordinal"):
+        index = next((i for i, c in enumerate(param.choices)
+                      if (type(c) is type(value) or param.kind == "ordinal") and c == value), 0)
         index = min(max(index + rng.choice((-1, 1)), 0), len(param.choices) - 1)
         return param.choices[index]
     factor = rng.choice(PERTURBATION_FACTORS)
