@@ -96,6 +96,7 @@ def test_examples_exist():
 
 @pytest.mark.parametrize("changes", [
     {"searchSpace": {"c": {"choice": [1, 2.5, "adam", True]}}},             # mixed choice types
+    {"searchSpace": {"w": {"ordinal": [16, 32.5, 64]}}, "search": {"algorithm": "cmaes"}},
     {"searchSpace": {"n": {"randint": [-3, 0]}}, "search": {"algorithm": "grid"}},
     {"scheduler": {"type": "pbt", "perturbationInterval": 2, "quantileFraction": 0.5,
                    "resampleProbability": 0}},
@@ -209,6 +210,9 @@ MALFORMED = [
     ("spec.searchSpace.x", {"randint": [3, 3]}, "spec.searchSpace.x.randint"),
     ("spec.searchSpace.x", {"randint": [1.5, 3]}, "spec.searchSpace.x.randint"),
     ("spec.searchSpace.x", {"choice": []}, "spec.searchSpace.x.choice"),
+    ("spec.searchSpace.x", {"ordinal": [32, 16]}, "spec.searchSpace.x.ordinal"),
+    ("spec.searchSpace.x", {"ordinal": [16]}, "spec.searchSpace.x.ordinal"),
+    ("spec.searchSpace.x", {"ordinal": ["small", "large"]}, "spec.searchSpace.x.ordinal"),
     ("spec.search.algorithm", "bayes", "spec.search.algorithm"),
     ("spec.search.seed", "seven", "spec.search.seed"),
     ("spec.scheduler.type", "fancy", "spec.scheduler.type"),
