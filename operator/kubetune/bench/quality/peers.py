@@ -25,7 +25,8 @@ from typing import Any, Mapping
 import optuna
 
 from kubetune.bench.quality.problems import Problem, draw
-from kubetune.bench.quality.timeline import kubetune_spec
+from kubetune.bench.quality.timeline import experiment_name, kubetune_spec
+from kubetune.core.samplers import ask_seed, from_study, reseed
 from kubetune.core.search import Searcher
 from kubetune.spec import parse_experiment
 
@@ -48,7 +49,14 @@ class RandomPeer:
 
 
 class OptunaPeer:
-    def __init__(self, problem: Problem, algorithm: str, scheduler: str, seed: int) -> None:
+    """``mirror``: also seed each ask as kubetune does (``ask_seed``) and name the study as
+    kubetune's (HyperBand's brackets hash it), and reuse the results of a configuration
+    already completed, as kubetune does, instead of running it again: then the two can
+    differ only by what else the operator adds between the algorithm and the trials, and
+    must decide the same (tests/unit/test_quality_bench.py). The benchmark runs Optuna
+    as a user would: none of this."""
+
+    def __init__(self, problem: Problem, algorithm: str, scheduler: str, seed: int, mirror: bool = False) -> None:
         spec = parse_experiment(kubetune_spec(problem, algorithm, scheduler, seed, 8))
         sampler = Searcher(spec, study_name="peer").study.sampler      # kubetune's own sampler, as built
         pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
@@ -59,15 +67,25 @@ class OptunaPeer:
             pruner = optuna.pruners.HyperbandPruner(
                 min_resource=problem.grace_period, max_resource=problem.max_iterations, reduction_factor=3)
         self.problem = problem
-        self.distributions = Searcher(spec, study_name="peer-space").distributions
+        self.space, self.distributions = spec.search_space, Searcher(spec, study_name="peer-space").distributions
+        self.seed, self.asked = (seed if mirror else None), 0
+        self.completed: dict[tuple, list[float]] | None = {} if mirror else None
         self.study = optuna.create_study(
             sampler=sampler, pruner=pruner,
+            study_name=experiment_name(problem, algorithm, scheduler, seed) if mirror else None,
             directions=["minimize" if mode == "min" else "maximize" for _, mode in problem.metrics])
         self.multi = len(problem.metrics) > 1
 
     def ask(self):
+        if self.seed is not None:
+            reseed(self.study.sampler, ask_seed(self.seed, self.asked))
+        self.asked += 1
         trial = self.study.ask(self.distributions)
-        return trial, trial.params
+        earlier = None if self.completed is None else self.completed.get(tuple(sorted(trial.params.items())))
+        if earlier is not None:
+            self.study.tell(trial, earlier if self.multi else earlier[0])
+            return self.ask()
+        return trial, from_study(self.space, trial.params)     # an ordinal's position -> its value
 
     def report(self, trial, iteration, metrics) -> bool:
         if self.multi:
@@ -81,6 +99,8 @@ class OptunaPeer:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             self.study.tell(trial, values if self.multi else values[0])
+            if self.completed is not None:
+                self.completed[tuple(sorted(trial.params.items()))] = values
 
 
 def _syne_space(problem: Problem) -> dict[str, Any]:
@@ -91,7 +111,7 @@ def _syne_space(problem: Problem) -> dict[str, Any]:
         (kind, args), = dist.items()
         space[name] = {"uniform": lambda a: uniform(*a), "loguniform": lambda a: loguniform(*a),
                        "randint": lambda a: randint(a[0], a[1] - 1),
-                       "choice": lambda a: choice(list(a))}[kind](args)
+                       "choice": lambda a: choice(list(a))}["choice" if kind == "ordinal" else kind](args)
     return space
 
 
@@ -190,7 +210,7 @@ def _tune_space(problem: Problem, tune: Any) -> dict[str, Any]:
         (kind, args), = dist.items()
         space[name] = {"uniform": lambda a: tune.uniform(*a), "loguniform": lambda a: tune.loguniform(*a),
                        "randint": lambda a: tune.randint(a[0], a[1]),
-                       "choice": lambda a: tune.choice(list(a))}[kind](args)
+                       "choice": lambda a: tune.choice(list(a))}["choice" if kind == "ordinal" else kind](args)
     return space
 
 

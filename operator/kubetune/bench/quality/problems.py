@@ -79,7 +79,7 @@ def draw(space: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
             params[name] = math.exp(rng.uniform(math.log(args[0]), math.log(args[1])))
         elif kind == "randint":
             params[name] = rng.randrange(args[0], args[1])
-        elif kind == "choice":
+        elif kind in ("choice", "ordinal"):
             params[name] = rng.choice(args)
         else:
             raise ValueError(f"{name}: no sampler for {kind}")
@@ -101,7 +101,7 @@ def _grid(space: Mapping[str, Any], points: int) -> list[dict[str, Any]]:
     axes = []
     for name, dist in space.items():
         (kind, args), = dist.items()
-        if kind == "choice":
+        if kind in ("choice", "ordinal"):
             axes.append([(name, v) for v in args])
         elif kind == "loguniform":
             lo, hi = math.log(args[0]), math.log(args[1])
@@ -175,7 +175,7 @@ def _table(kind: str, dataset: str) -> Problem:
     metric = {"HPOBench": "val_acc", "HPOLib": "val_loss", "NASBench201": "val_acc"}[kind]
     bench = cls(dataset, seed=0, metric_names=[metric, "train_time"])
     direction = bench.directions[metric]
-    space = {name: {"choice": list(values)} for name, values in cls.search_space.items()}
+    space = {name: _table_param(values) for name, values in cls.search_space.items()}
     # The table's mean over its recorded seeds gives the best and worst attainable values;
     # the search itself sees one recorded seed per evaluation, as a real run would.
     means = [sum(v[metric]) / len(v[metric]) for v in bench._dataset.values()]  # the package's table
@@ -203,6 +203,16 @@ def _table(kind: str, dataset: str) -> Problem:
     return Problem(name=f"{kind.lower()}-{dataset}", suite=BB, space=space,
                    metrics=((metric, "max" if direction == "maximize" else "min"),), max_iterations=1,
                    evaluate=evaluate, cost=cost, budget=100 * mean_cost / 8, best=best, worst=worst, truth=truth)
+
+
+def _table_param(values: Sequence[Any]) -> dict[str, list[Any]]:
+    """A table's column as a kubetune parameter: increasing numbers (learning rates, widths,
+    batch sizes) as an ordinal, whose order the samplers use, as a user would write it;
+    names (activations, operations) as a choice."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if numbers and all(a < b for a, b in zip(values, values[1:])):
+        return {"ordinal": list(values)}
+    return {"choice": list(values)}
 
 
 def _index(choices: list, value: Any) -> int:
@@ -238,7 +248,11 @@ def _pymoo(name: str, n_var: int, n_obj: int = 2) -> Problem:
     problem = get_problem(name, n_var=n_var) if name.startswith("zdt") else get_problem(name, n_var=n_var, n_obj=n_obj)
     names = [f"f{k + 1}" for k in range(problem.n_obj)]
     space = {f"x{i}": {"uniform": [float(problem.xl[i]), float(problem.xu[i])]} for i in range(n_var)}
-    reference = tuple([1.1] * problem.n_obj)
+    # BoTorch's reference points for these test problems (botorch.test_functions.
+    # multi_objective): (11, 11) for ZDT, whose random points have f2 near 5 (in 300
+    # evaluations no method put a point in a (1.1, 1.1) box on ZDT2: all scored 1.0);
+    # 1.1 per objective for DTLZ2, whose front spans [0, 1] on each
+    reference = tuple([11.0 if name.startswith("zdt") else 1.1] * problem.n_obj)
     if name.startswith("dtlz"):
         from pymoo.util.ref_dirs import get_reference_directions
         front = problem.pareto_front(get_reference_directions("das-dennis", n_obj, n_partitions=999))

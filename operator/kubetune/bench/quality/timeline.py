@@ -94,9 +94,13 @@ def kubetune_spec(problem: Problem, algorithm: str, scheduler: str, seed: int, w
     }
 
 
+def experiment_name(problem: Problem, algorithm: str, scheduler: str, seed: int) -> str:
+    return f"{problem.name}-{algorithm}-{scheduler}-{seed}"
+
+
 def run_kubetune(problem: Problem, algorithm: str, scheduler: str, seed: int, workers: int = WORKERS) -> Trace:
     spec = parse_experiment(kubetune_spec(problem, algorithm, scheduler, seed, workers))
-    runner = TrialRunner(spec, experiment=f"{problem.name}-{algorithm}-{scheduler}-{seed}", start_time=0.0)
+    runner = TrialRunner(spec, experiment=experiment_name(problem, algorithm, scheduler, seed), start_time=0.0)
     trace = Trace()
     sim: TimedSimulator
 
