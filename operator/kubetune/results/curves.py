@@ -138,11 +138,15 @@ def encode_points(curve: CompactCurve) -> bytes | None:
     a value is not finite (that form writes those as strings) or steps came out of
     order.  Appends to the text the row had (``encoded`` points) rather than making it
     again: a long trial's batch costs its new points."""
-    steps, numbers = curve.steps, curve.values
-    if curve.overflow or not all(map(math.isfinite, numbers)) or steps != sorted(steps):
+    if curve.overflow:
         return None
+    steps, numbers = curve.steps, curve.values
     done = curve.encoded if curve.points_json is not None and curve.encoded <= len(steps) else 0
-    tail = orjson.dumps([{"step": s, "value": v} for s, v in zip(steps[done:], numbers[done:])])
+    new_steps, new_values = steps[done:], numbers[done:]   # the text holds the others: finite, by step
+    if not all(map(math.isfinite, new_values)) or new_steps != sorted(new_steps) \
+            or (done and new_steps and new_steps[0] <= steps[done - 1]):
+        return None
+    tail = orjson.dumps([{"step": s, "value": v} for s, v in zip(new_steps, new_values)])
     if not done:
         return tail
     if tail == b"[]":
