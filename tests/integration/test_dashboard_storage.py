@@ -206,7 +206,7 @@ def test_the_writers_compact_curve_rows_read_as_the_metric_rows_do(written, stor
 
     ours = seen(ResultsStoreStorage(store))
     metric_rows_only = ResultsStoreStorage(open_store(store_url, read_only=True))
-    monkeypatch.setattr(metric_rows_only.store, "compact_curves", lambda *args: {})
+    monkeypatch.setattr(metric_rows_only.store, "compact_curves", lambda *args, **kwargs: {})
     assert ours == seen(metric_rows_only)
     assert ours[0][5:] == ([7.0], {"constraints": [1.0]}) and ours[2][5:] == ([0.5], {"constraints": [-1.0]})
     assert ours[0][1] == json.dumps([[1, 2.0], [2, math.nan], [4, math.inf], [6, 7.0]])
@@ -248,6 +248,33 @@ def test_a_rows_points_json_is_the_views_batch_after_batch_and_unused_once_stale
     before = json.loads(expected)
     before["trials"][3]["intermediate_values"][-1]["value"] = 7.0
     assert served["trials"] == before["trials"]
+
+
+def test_a_first_read_counts_only_the_trials_whose_row_is_behind(written, store_url, monkeypatch):
+    """A cold opening does not count every result to check the compact rows: a row no
+    stored result is past is current (the writer keeps it in the results' transaction).
+    A result stored without its row (as an older kubetune writes) puts its trial's row
+    behind: that trial alone is counted and read from the metric rows."""
+    with written.engine.begin() as connection:   # an older kubetune's write: results and metrics, no row
+        connection.execute(schema.results.insert().values(trial_uid="uid-0", seq=2, iteration=3, time=1002.0))
+        connection.execute(schema.metrics.insert().values(trial_uid="uid-0", seq=2, name="loss", kind="f", value=0.75))
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    counted: list = []
+    stats = storage.store.result_stats
+    monkeypatch.setattr(storage.store, "result_stats", lambda uid, which=None: counted.append(which) or
+                        stats(uid, which))
+    trials = storage.get_all_trials(study_id_of("exp-uid"), deepcopy=False)
+    assert counted == [["uid-0"]]
+    assert trials[0].intermediate_values == {1: 2.0, 2: 1.5, 3: 0.75}
+    metric_rows_only = ResultsStoreStorage(open_store(store_url, read_only=True))
+    monkeypatch.setattr(metric_rows_only.store, "compact_curves", lambda *args, **kwargs: {})
+    def seen(trials: list) -> list:   # NaN != NaN: the curves compared as JSON
+        return [(t.number, t.state, t.values, t.params, t.system_attrs, t.datetime_start, t.datetime_complete,
+                 json.dumps(sorted(t.intermediate_values.items()))) for t in trials]
+    assert seen(trials) == seen(metric_rows_only.get_all_trials(study_id_of("exp-uid"), deepcopy=False))
+    assert storage.kept_key(study_id_of("exp-uid"), trials) == storage.state_key(study_id_of("exp-uid"))
+    storage.store.close()
+    metric_rows_only.store.close()
 
 
 def test_a_trials_next_results_do_not_count_the_results_it_has(written):

@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from kubetune.core.optuna_compat import FrozenStudy
 from kubetune.dashboard.packed_trial import Points
 from kubetune.dashboard.study import METRIC_NAMES_KEY, Curve, StudyShape, distributions_for, frozen_trial, shape_of
+from kubetune.results.curves import CompactCurve
 from kubetune.results.rows import ExperimentRow, TrialRow
 from kubetune.results.store import ResultsStore
 
@@ -71,7 +72,7 @@ class _TrialCache:
     lock: threading.Lock = field(default_factory=threading.Lock)
     checked: float = 0.0
     rows: dict[str, TrialRow] = field(default_factory=dict)             # uid -> row as last read
-    stats: dict[str, tuple] = field(default_factory=dict)               # uid -> result_stats entry
+    stats: dict[str, tuple] = field(default_factory=dict)               # uid -> (results, highest seq)
     quiet_since: dict[str, float] = field(default_factory=dict)         # finished, results unchanged since
     settled: set[str] = field(default_factory=set)                      # finished and quiet: not counted
     curves: dict[str, Curve] = field(default_factory=dict)
@@ -199,14 +200,19 @@ class ResultsStoreStorage(BaseStorage):
         counts of the trials not settled (see ``_settle``)."""
         uid, now = study.row.uid, time.monotonic()
         rows = self.store.trials(uid)
-        watched = [r.uid for r in rows if r.uid not in cache.settled or cache.rows.get(r.uid) != r]
-        stats = self.store.result_stats(uid, self._which(watched, rows)) if watched else {}
+        compact = None
+        if not cache.rows and rows:   # a first read: see ``_first_counts``
+            compact, stats = self._first_counts(uid, study.shape, rows)
+            watched = [r.uid for r in rows]
+        else:
+            watched = [r.uid for r in rows if r.uid not in cache.settled or cache.rows.get(r.uid) != r]
+            stats = _counts(self.store.result_stats(uid, self._which(watched, rows))) if watched else {}
         looked = set(watched)
         changed = [r.uid for r in rows if cache.rows.get(r.uid) != r
                    or r.uid in looked and stats.get(r.uid) != cache.stats.get(r.uid)]
         if changed:
             which = self._which(changed, rows)
-            curves, unread = self._curves(uid, study.shape, changed, rows, stats)
+            curves, unread = self._curves(uid, study.shape, changed, rows, stats, compact)
             last = self.store.last_values(uid, study.shape.metrics, self._which(unread, rows)) if unread else {}
             for trial_uid in changed:
                 curve = curves.get(trial_uid, Curve())
@@ -230,21 +236,38 @@ class ResultsStoreStorage(BaseStorage):
         cache.rows, cache.distributions = {r.uid: r for r in rows}, distributions
         cache.frozen, cache.trials = frozen, list(frozen.values())
 
+    def _first_counts(self, experiment_uid: str, shape: StudyShape,
+                      rows: list[TrialRow]) -> tuple[dict[str, CompactCurve], dict[str, tuple]]:
+        """The compact rows of every trial and every trial's (results, highest seq), on a
+        first read without counting a million results (~0.25 s of a cold opening's CPU): a
+        row no stored result is past (one index probe per trial, in the statement reading
+        the rows) was made from all of them, by the writer in their transaction, so it
+        counts them itself; only trials without such a row (a database an older kubetune
+        wrote, a row given up or behind) are counted.  Later looks count as before."""
+        compact = self.store.compact_curves(experiment_uid, shape.objectives[0][0], probe=True)
+        stats = {uid: (row.results, row.seq) for uid, row in compact.items() if not row.behind}
+        uncounted = [r.uid for r in rows if r.uid not in stats]
+        if uncounted:
+            stats.update(_counts(self.store.result_stats(experiment_uid, self._which(uncounted, rows))))
+        return compact, stats
+
     def _curves(self, experiment_uid: str, shape: StudyShape, changed: list[str], rows: list[TrialRow],
-                stats: dict[str, tuple]) -> tuple[dict[str, Curve], list[str]]:
+                stats: dict[str, tuple], compact: dict[str, CompactCurve] | None = None,
+                ) -> tuple[dict[str, Curve], list[str]]:
         """The curves of ``changed`` trials, and those whose last values are still to read.
-        From their compact rows (results/curves.py) when a row was made from the results
-        ``stats`` counted, else from the metric rows (a database written before the rows,
-        a row given up, a write since the count)."""
+        From their compact rows (results/curves.py; ``compact``: read already) when a row
+        was made from the results ``stats`` counted, else from the metric rows (a database
+        written before the rows, a row given up, a write since the count)."""
         metric, wanted = shape.objectives[0][0], set(shape.metrics)
-        compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
+        if compact is None:
+            compact = self.store.compact_curves(experiment_uid, metric, self._which(changed, rows))
         curves: dict[str, Curve] = {}
         unread, no_last = [], []
         for trial_uid in changed:
             counted, row = stats.get(trial_uid), compact.get(trial_uid)
             if counted is None:
                 continue    # no result stored (stats are read for every changed trial)
-            if row is None or (row.results, row.seq) != (counted[0], counted[2]):
+            if row is None or (row.results, row.seq) != counted:
                 unread.append(trial_uid)
                 continue
             curves[trial_uid] = Curve(started=row.started, ended=row.ended, points=Points(*row.packed, row.points_json))
@@ -290,7 +313,7 @@ class ResultsStoreStorage(BaseStorage):
         if study is None or self.store is None:
             return None
         rows = self.store.trials(study.row.uid)
-        return _digest(study, rows, self.store.result_stats(study.row.uid))
+        return _digest(study, rows, _counts(self.store.result_stats(study.row.uid)))
 
     def kept_key(self, study_id: int, trials: list[FrozenTrial]) -> str | None:
         """``state_key`` of the state ``trials`` were made from, when they are this
@@ -310,6 +333,11 @@ class ResultsStoreStorage(BaseStorage):
     create_new_study = delete_study = set_study_user_attr = set_study_system_attr = _read_only
     create_new_trial = set_trial_param = set_trial_state_values = set_trial_intermediate_value = _read_only
     set_trial_user_attr = set_trial_system_attr = _read_only
+
+
+def _counts(stats: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int]]:
+    """``ResultsStore.result_stats`` as (results stored, highest seq): what a compact row records."""
+    return {uid: (count, high) for uid, (count, _, high) in stats.items()}
 
 
 def _digest(study: _Study, rows: list[TrialRow], stats: dict[str, tuple]) -> str:

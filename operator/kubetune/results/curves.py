@@ -55,6 +55,7 @@ class CompactCurve:
     packed: tuple[bytes, bytes] | None = None   # read with ``unpacked=False``: (steps, values) as stored
     points_json: bytes | None = None    # the points as JSON (``encode_points``), when the row's is current
     encoded: int = 0                    # ... how many of ``steps`` it holds (the writer appends the rest)
+    behind: bool = False                # read with ``probe``: a result past ``seq`` is stored (not merged)
 
     def add(self, seq: int, iteration: int, at: float, numbers: dict[str, float], seen: set[int]) -> None:
         """Merge one result, in seq order (``numbers``: what it reported as numbers among ``metrics``)."""

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, String, create_engine, delete, event, func, inspect, select
+from sqlalchemy import Engine, String, create_engine, delete, event, exists, func, inspect, select
 from sqlalchemy.engine import make_url
 
 from kubetune.results import curves as curve_rows, migrate, schema, values
@@ -329,20 +329,28 @@ class ResultsStore:
         # SQLite keeps a NaN as NULL (schema.Double)
         return [row if row[3] is not None else (*row[:3], math.nan) for row in rows]
 
-    def compact_curves(self, experiment_uid: str, metric: str,
-                       trial_uids: Sequence[str] | None = None) -> dict[str, curve_rows.CompactCurve]:
+    def compact_curves(self, experiment_uid: str, metric: str, trial_uids: Sequence[str] | None = None,
+                       probe: bool = False) -> dict[str, curve_rows.CompactCurve]:
         """Trial UID -> its compact row (results/curves.py) for ``metric``, its points left
-        packed (``CompactCurve.packed``), rows given up left out.  A caller uses a row only when its ``results`` and ``seq`` match
-        ``result_stats`` (and its last values when its ``metrics`` hold those it needs);
-        any other trial it reads through ``curves`` and ``last_values``."""
+        packed (``CompactCurve.packed``), rows given up left out.  A caller uses a row only
+        when its ``results`` and ``seq`` match ``result_stats`` (and its last values when
+        its ``metrics`` hold those it needs);
+        any other trial it reads through ``curves`` and ``last_values``.  ``probe``: also
+        look whether a result with a higher seq than a row's is stored (``behind``)."""
         c = schema.curves
         if self.read_only and not inspect(self.engine).has_table(c.name):
             return {}    # a database from before the table, opened without creating it
         found: dict[str, curve_rows.CompactCurve] = {}
         with self.engine.connect() as connection:
             for where in self._chunks(experiment_uid, c.c.trial_uid, trial_uids):
-                query = select(*self._curve_columns).where(where, c.c.metric == metric, c.c.overflow == 0)
-                found.update((row[0], curve_rows.from_row(row, unpacked=False)) for row in _raw_rows(connection, query))
+                columns = list(self._curve_columns)
+                if probe:   # in the same statement: the row and whether it is behind are of one state
+                    r = schema.results
+                    columns.append(exists().where(r.c.trial_uid == c.c.trial_uid, r.c.seq > c.c.seq))
+                query = select(*columns).where(where, c.c.metric == metric, c.c.overflow == 0)
+                for row in _raw_rows(connection, query):
+                    curve = found[row[0]] = curve_rows.from_row(row[:len(self._curve_columns)], unpacked=False)
+                    curve.behind = probe and bool(row[-1])
         return found
 
     def last_values(self, experiment_uid: str, metrics: Sequence[str],
