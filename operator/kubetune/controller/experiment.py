@@ -261,6 +261,10 @@ class ExperimentController:
                 await self.checkpoints.delete_ended()
             await self.status.flush()
             return False
+        # a new Experiment's first Trials exist before its platform answers: the first
+        # connection (the operator's own Ray: seconds under load) is waited for by every
+        # Experiment applied meanwhile, and their Trials need none of it
+        await self.effects.apply(ctx.runner.first_trials())
         if not await ctx.platform.ensure_connected():
             await self.status.flush()
             return False

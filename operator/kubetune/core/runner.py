@@ -187,6 +187,13 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions += self._check_queue_timeouts(now)
         return decisions + self._check_finished(now)
 
+    def first_trials(self) -> list[Decision]:
+        """A new Experiment's first Trials, created before its platform answers (a first
+        connection takes seconds); none launched.  Not with warm start (a reuse ends at once)."""
+        if self._created or self.finished or self.spec.suspend or self.spec.warm_start is not None:
+            return []
+        return self._create_trials()
+
     def _create_trials(self) -> list[Decision]:
         decisions: list[Decision] = []
         while self._created < self.max_trials and len(self._active) < self._in_flight_limit():
