@@ -108,7 +108,9 @@ class RayPlatform(ExecutorPlatform):
                     return False
             try:
                 if self.executor is None:
-                    self.executor = self._executor_factory(self.address)
+                    # in a thread: the first one imports Ray (seconds under load), which
+                    # on the event loop held up every Experiment's work meanwhile
+                    self.executor = await asyncio.to_thread(self._executor_factory, self.address)
                 await self.in_thread(self.executor.connect)
                 self._requested = None     # a cluster that came back knows no request of ours
                 await self._refresh_capacity_locked(force=True)
