@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
@@ -22,7 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from kubetune import metrics
 from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
-from kubetune.k8s import rate_limit
+from kubetune.k8s import rate_limit, trial_lists
+from kubetune.k8s.request_gate import PROGRESS, RECORD, RequestGate
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
 log = logging.getLogger(__name__)
@@ -41,10 +43,13 @@ STRIP_MANAGED_FIELDS: Mapping[str, Any] = {"metadata": {"managedFields": [{}]}}
 # 2 cores) they queued behind the Ray polls of every running Experiment (each holds a
 # thread for its short long-poll), so 40 Experiments made a new one's first Trial and
 # every status write wait seconds for a thread, not for the API server (issue 26).  The
-# rate limit, not the thread count, bounds what reaches the API server.
+# rate limit, not the thread count, bounds what reaches the API server; which waiting
+# request goes next is the gate's (k8s/request_gate.py), not the pool's queue.
 API_THREADS = 16
 _threads: ThreadPoolExecutor | None = None
 _threads_lock = threading.Lock()
+# one gate per event loop (a process may run several, one after another: tests, benchmarks)
+_gates: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RequestGate]" = weakref.WeakKeyDictionary()
 
 
 def _api_threads() -> ThreadPoolExecutor:
@@ -55,11 +60,35 @@ def _api_threads() -> ThreadPoolExecutor:
         return _threads
 
 
-async def _limited(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """One API request, in a thread, once the operator's rate limit allows (k8s/rate_limit.py)."""
+def _gate() -> RequestGate:
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = RequestGate(API_THREADS)
+    return gate
+
+
+async def _admit(priority: int) -> None:
+    """Wait for the operator's rate limit (k8s/rate_limit.py), then for a thread; the
+    request admitted must go through ``_admitted``, which gives its place back."""
     await rate_limit.acquire()
-    run = functools.partial(contextvars.copy_context().run, call, *args, **kwargs)   # as asyncio.to_thread
-    return await asyncio.get_running_loop().run_in_executor(_api_threads(), run)
+    await _gate().enter(priority)
+
+
+async def _admitted(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An admitted request, in a thread."""
+    try:
+        run = functools.partial(contextvars.copy_context().run, call, *args, **kwargs)   # as asyncio.to_thread
+        return await asyncio.get_running_loop().run_in_executor(_api_threads(), run)
+    finally:
+        _gate().leave()
+
+
+async def _limited(call: Callable[..., Any], *args: Any, priority: int = RECORD, **kwargs: Any) -> Any:
+    """One API request, in a thread, once the operator's rate limit allows and before the
+    waiting requests of a larger ``priority`` number (k8s/request_gate.py)."""
+    await _admit(priority)
+    return await _admitted(call, *args, **kwargs)
 
 
 def refused(error: BaseException) -> WriteRefused:
@@ -91,7 +120,7 @@ class KubeStore:
         # re-create of the same name (kubectl replace --force, an Argo CD Replace) the old
         # Experiment's Trials linger until the garbage collector removes them
         self.uid = uid
-        self._api = custom_objects()
+        self._api = custom_objects(connections=API_THREADS)
         self._post_event = post_event
         self.writes = 0
         self.bytes_written = 0
@@ -101,16 +130,23 @@ class KubeStore:
         return [item for item in await self.list_trials_of(self.experiment) if owned_by(item, self.uid)]
 
     async def list_trials_of(self, experiment: str) -> list[dict[str, Any]]:
-        """In pages of ``LIST_PAGE`` (``limit`` and ``continue``): a 10,000-Trial Experiment is
-        not one response the API server builds in memory and sends at once."""
+        """One LIST shared with the other Experiments of the namespace asking meanwhile
+        (k8s/trial_lists.py)."""
+        return await trial_lists.trials_of(self.namespace, experiment, EXPERIMENT_LABEL,
+                                           lambda: _admit(PROGRESS), self._list_pages)
+
+    async def _list_pages(self, experiments: list[str]) -> list[dict[str, Any]]:
+        """The Trials of ``experiments`` in pages of ``LIST_PAGE`` (``limit`` and ``continue``):
+        a 10,000-Trial Experiment is not one response the API server builds in memory and
+        sends at once.  The first page is admitted already (trial_lists.py)."""
         items: list[dict[str, Any]] = []
         page = ""
         while True:
-            options: dict[str, Any] = {"label_selector": f"{EXPERIMENT_LABEL}={experiment}", "limit": LIST_PAGE,
-                                       "_request_timeout": LIST_TIMEOUT_S}
+            options: dict[str, Any] = {"label_selector": trial_lists.label_selector(EXPERIMENT_LABEL, experiments),
+                                       "limit": LIST_PAGE, "_request_timeout": LIST_TIMEOUT_S}
             if page:
                 options["_continue"] = page
-            listing = await _limited(
+            listing = await (functools.partial(_limited, priority=PROGRESS) if page else _admitted)(
                 self._api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, **options)
             items += listing["items"]
             page = (listing.get("metadata") or {}).get("continue") or ""
@@ -123,9 +159,9 @@ class KubeStore:
         self.bytes_written += size
         metrics.api_write(resource, verb, size)
 
-    async def _call(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, call: Callable[..., Any], *args: Any, priority: int = RECORD, **kwargs: Any) -> Any:
         try:
-            return await _limited(call, *args, _request_timeout=WRITE_TIMEOUT_S, **kwargs)
+            return await _limited(call, *args, priority=priority, _request_timeout=WRITE_TIMEOUT_S, **kwargs)
         except ApiException:
             raise
         except Exception as error:   # urllib3: refused, reset, timed out
@@ -140,7 +176,7 @@ class KubeStore:
         self._count("trials", "create", body)
         try:
             return await self._call(self._api.create_namespaced_custom_object, GROUP, VERSION,
-                                    self.namespace, TRIALS, body)
+                                    self.namespace, TRIALS, body, priority=PROGRESS)
         except ApiException as error:
             if error.status != 409:
                 raise refused(error) from error
@@ -163,7 +199,7 @@ class KubeStore:
     async def _get_trial(self, name: str) -> dict[str, Any] | None:
         try:
             return await _limited(
-                self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, name)
+                self._api.get_namespaced_custom_object, GROUP, VERSION, self.namespace, TRIALS, name, priority=PROGRESS)
         except ApiException as error:
             if error.status == 404:
                 return None
