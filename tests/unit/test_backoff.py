@@ -7,6 +7,14 @@ def test_the_waits_double_up_to_the_maximum():
     assert [exponential(n, 0.5, 30.0) for n in range(1, 10)] == [0.5, 1, 2, 4, 8, 16, 30, 30, 30]
 
 
+def test_a_failure_streak_of_days_stays_at_the_maximum():
+    assert exponential(2000, 0.5, 30.0) == 30.0          # 2 ** 1999 would overflow a float
+    retry = Backoff(first_s=1.0, max_s=30.0)
+    for now in range(0, 30 * 3000, 30):                  # 25 hours of failing every 30 s
+        assert retry.failed(float(now)) <= 30.0
+    assert retry.retry_at == 30 * 2999 + 30.0
+
+
 def test_an_attempt_is_due_only_once_its_wait_is_over_and_a_success_starts_over():
     retry = Backoff(first_s=1.0, max_s=4.0)
     assert retry.due(0.0)

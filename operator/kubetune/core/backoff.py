@@ -10,8 +10,10 @@ from __future__ import annotations
 
 
 def exponential(failures: int, first_s: float, max_s: float) -> float:
-    """The wait after ``failures`` failures in a row (1: ``first_s``), doubling up to ``max_s``."""
-    return min(first_s * 2 ** max(failures - 1, 0), max_s)
+    """The wait after ``failures`` failures in a row (1: ``first_s``), doubling up to ``max_s``.
+    The exponent stops growing long after the cap is reached: an outage of days must not
+    overflow the float it doubles (2.0 ** 1024 raises)."""
+    return min(first_s * 2.0 ** min(max(failures - 1, 0), 64), max_s)
 
 
 class Backoff:
