@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import optuna
 
 from kubetune.bench.quality.problems import Problem, draw
-from kubetune.bench.quality.timeline import experiment_name, kubetune_spec
+from kubetune.bench.quality.timeline import MAX_TRIALS, experiment_name, kubetune_spec
 from kubetune.core.samplers import ask_seed, from_study, reseed
 from kubetune.core.search import Searcher
 from kubetune.spec import parse_experiment
@@ -49,12 +49,12 @@ class RandomPeer:
 
 
 class OptunaPeer:
-    """``mirror``: also seed each ask as kubetune does (``ask_seed``) and name the study as
-    kubetune's (HyperBand's brackets hash it), and reuse the results of a configuration
-    already completed, as kubetune does, instead of running it again: then the two can
+    """``mirror``: also seed each ask as kubetune does (``ask_seed``), name the study as
+    kubetune's (HyperBand's brackets hash it) and reuse the results of a configuration
+    already completed as kubetune does (a Reused Trial, core/runner.py): then the two can
     differ only by what else the operator adds between the algorithm and the trials, and
-    must decide the same (tests/unit/test_quality_bench.py). The benchmark runs Optuna
-    as a user would: none of this."""
+    must decide the same (tests/unit/test_quality_bench.py).
+    The benchmark runs Optuna as a user would: none of this."""
 
     def __init__(self, problem: Problem, algorithm: str, scheduler: str, seed: int, mirror: bool = False) -> None:
         spec = parse_experiment(kubetune_spec(problem, algorithm, scheduler, seed, 8))
@@ -77,15 +77,16 @@ class OptunaPeer:
         self.multi = len(problem.metrics) > 1
 
     def ask(self):
-        if self.seed is not None:
-            reseed(self.study.sampler, ask_seed(self.seed, self.asked))
-        self.asked += 1
-        trial = self.study.ask(self.distributions)
-        earlier = None if self.completed is None else self.completed.get(tuple(sorted(trial.params.items())))
-        if earlier is not None:
+        while self.asked < MAX_TRIALS:       # kubetune's maxTrials, reused trials included
+            if self.seed is not None:
+                reseed(self.study.sampler, ask_seed(self.seed, self.asked))
+            self.asked += 1
+            trial = self.study.ask(self.distributions)
+            earlier = None if self.completed is None else self.completed.get(tuple(sorted(trial.params.items())))
+            if earlier is None:
+                return trial, from_study(self.space, trial.params)     # an ordinal's position -> its value
             self.study.tell(trial, earlier if self.multi else earlier[0])
-            return self.ask()
-        return trial, from_study(self.space, trial.params)     # an ordinal's position -> its value
+        return None
 
     def report(self, trial, iteration, metrics) -> bool:
         if self.multi:

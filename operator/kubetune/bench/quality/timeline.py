@@ -20,6 +20,7 @@ from kubetune.core.simulate import SimTrial, Simulator
 from kubetune.spec import parse_experiment
 
 WORKERS = 8
+MAX_TRIALS = 2000       # kubetune's budget.maxTrials: the simulated budget ends a run first
 
 
 @dataclass
@@ -89,7 +90,7 @@ def kubetune_spec(problem: Problem, algorithm: str, scheduler: str, seed: int, w
                          if scheduler in ("asha", "hyperband") else {})},
         # the simulated budget ends the run; maxTrials only has to stay out of its way (and
         # at 2,000, search.algorithm auto sees the size of search it is: TPE, or NSGA-II)
-        "budget": {"maxTrials": 2000, "parallelism": workers},
+        "budget": {"maxTrials": MAX_TRIALS, "parallelism": workers},
         "trial": {"entrypoint": "bench.quality:train"},
     }
 
