@@ -212,6 +212,7 @@ MALFORMED = [
     ("spec.searchSpace.x", {"choice": []}, "spec.searchSpace.x.choice"),
     ("spec.searchSpace.x", {"ordinal": [32, 16]}, "spec.searchSpace.x.ordinal"),
     ("spec.searchSpace.x", {"ordinal": [16]}, "spec.searchSpace.x.ordinal"),
+    ("spec.searchSpace.x", {"ordinal": [16, 16, 32]}, "spec.searchSpace.x.ordinal"),
     ("spec.searchSpace.x", {"ordinal": ["small", "large"]}, "spec.searchSpace.x.ordinal"),
     ("spec.search.algorithm", "bayes", "spec.search.algorithm"),
     ("spec.search.seed", "seven", "spec.search.seed"),

@@ -89,6 +89,11 @@ def test_an_oversize_search_space_is_refused_at_apply_and_a_stored_one_still_del
     with pytest.raises(SpecError, match="is too large"):
         parse_experiment(manifest("big", over)["spec"])
     parse_experiment(manifest("big", limit)["spec"])
+    # ordinal values count too, 8 each, as the parser counts them: 64 lists of 256 numbers
+    ordinals = {f"p{i:02d}": {"ordinal": list(range(256))} for i in range(64)}
+    assert search_space_size(ordinals) > MAX_SEARCH_SPACE_SIZE
+    refused = refusal(kubectl, namespace, manifest("ordinals", ordinals), "create", "--dry-run=server")
+    assert TOO_LARGE in refused and "ordinal value" in refused, refused
     # growing an accepted search space over the limit is refused too
     patch = {"spec": {"searchSpace": {"zz": {"choice": ["w" * 200] * 5}}}}
     grown = kubectl("patch", "-n", namespace, "experiment", "big", "--type=merge", "-p", json.dumps(patch),

@@ -127,3 +127,14 @@ def test_the_command_converts_a_file(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "kubetune", "convert", "katib", str(KATIB / "unmappable.yaml")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "spec.algorithm: algorithmName enas" in bad.stderr
+
+
+def test_a_discrete_list_beyond_the_ordinal_range_stays_a_choice():
+    # an ordinal's values lie within +-2^53 (the parser refuses others); a choice's need not
+    from kubetune.convert.common import Conversion
+    from kubetune.convert.katib import _parameters
+    space = _parameters([{"name": "seed", "parameterType": "discrete",
+                          "feasibleSpace": {"list": ["1", "18014398509481984"]}},
+                         {"name": "bs", "parameterType": "discrete", "feasibleSpace": {"list": ["64", "16", "32"]}}],
+                        Conversion("the Katib Experiment"))
+    assert space == {"seed": {"choice": [1, 18014398509481984]}, "bs": {"ordinal": [16, 32, 64]}}

@@ -251,6 +251,7 @@ def test_the_search_space_size_policy_counts_to_the_parsers_limit():
     assert re.search(r"\$limit := (\d+)", policy).group(1) == str(MAX_SEARCH_SPACE_SIZE)
     # the same sum: name + 32, each choice string's length, 8 per number or boolean
     assert "size(name) + 32" in policy and "type(v) == string ? size(v) : 8" in policy
+    assert "8 * size(variables.space[name].ordinal)" in policy       # and 8 per ordinal value
 
 
 def test_the_search_space_size_counts_names_and_choice_strings():

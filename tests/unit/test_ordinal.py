@@ -92,3 +92,23 @@ def test_pbt_and_the_warm_start_box_keep_an_ordinal_on_its_list():
     assert perturb(width, 64, random.Random(1)) in (32, 128)
     narrowed = _narrow(width, [32, 128])
     assert narrowed.choices == (32, 64, 128) and (narrowed.low, narrowed.high) == (32, 128)
+
+
+def test_a_warm_trials_float_of_a_listed_integer_counts_as_that_configuration_evaluated():
+    # an earlier Experiment's results may hold 32.0 where this list has 32: the search must
+    # know the configuration as evaluated (config_key tells 32 from 32.0), not run it again
+    from kubetune.core.search_values import config_key
+    from kubetune.core.warm_trials import WarmTrial, usable_warm_trials
+    spec = make("tpe", space={"width": {"ordinal": WIDTHS}})
+    distributions = {"width": None}
+    (usable,), problems = usable_warm_trials(spec, distributions, [WarmTrial("old/t-0", {"width": 32.0}, {"loss": 1.0})])
+    assert problems == [] and type(usable.params["width"]) is int
+    assert config_key(usable.params, distributions) == config_key({"width": 32}, distributions)
+
+
+def test_the_size_limit_counts_each_ordinal_value():
+    from kubetune.spec.search_space import search_space_size
+    assert search_space_size({"w": {"ordinal": [16, 32, 64]}}) == (1 + 32) + 3 * 8
+    big = {f"p{i:02d}": {"ordinal": list(range(256))} for i in range(64)}     # 64 x 256: over 128 KiB
+    with pytest.raises(SpecError, match=r"spec.searchSpace: is too large"):
+        make(space=big)

@@ -132,7 +132,9 @@ def _parameters(parameters: list, conv: Conversion) -> dict[str, Any]:
             if kind == "discrete":
                 values = [_number(v, float(v).is_integer()) for v in values]
                 ordered = sorted(set(values))
-                if len(ordered) > 1:        # numbers in order: the samplers use it (a choice is unordered)
+                # numbers in order: the samplers use it (a choice is unordered); an ordinal's
+                # values stay within +-2^53 (spec/search_space.py), a choice's need not
+                if len(ordered) > 1 and all(abs(v) <= 2 ** 53 for v in ordered):
                     space[name] = {"ordinal": ordered}
                     continue
             space[name] = {"choice": values}

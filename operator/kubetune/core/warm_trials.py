@@ -43,6 +43,15 @@ def _inside(spec: ExperimentSpec, name: str, distribution: BaseDistribution, val
     return optuna_compat.contains(distribution, value) if param is None else contains(param, distribution, value)
 
 
+def _as_listed(spec: ExperimentSpec, name: str, value: Any) -> Any:
+    """An ordinal's value as its list holds it (an earlier trial's 32.0 is the listed 32): the
+    search then knows the configuration as evaluated, where config_key tells 32 from 32.0."""
+    param = spec.search_space.get(name)
+    if param is not None and param.kind == "ordinal":
+        return param.choices[param.choices.index(value)]
+    return value
+
+
 def usable_warm_trials(spec: ExperimentSpec, distributions: Mapping[str, BaseDistribution],
                        warm_start: Sequence[WarmTrial]) -> tuple[list[WarmTrial], list[str]]:
     """The warm-start trials this search space can use (their values for today's
@@ -68,7 +77,7 @@ def usable_warm_trials(spec: ExperimentSpec, distributions: Mapping[str, BaseDis
                 problems.append(f"{warm.source} and later: beyond warmStart.maxTrials "
                                 f"({spec.warm_start.max_trials})")
                 break
-            usable.append(WarmTrial(warm.source, {n: warm.params[n] for n in distributions},
+            usable.append(WarmTrial(warm.source, {n: _as_listed(spec, n, warm.params[n]) for n in distributions},
                                     {k: v for k, v in warm.metrics.items() if objective_value(warm.metrics, k)
                                      is not None}))
     return usable, problems

@@ -118,15 +118,18 @@ def _within_range(path: str, low: float, high: float) -> None:
 
 
 def search_space_size(space: Mapping[str, Any]) -> int:
-    """What the size limit counts: per parameter its name's length + 32, and the length of
-    each choice string (8 per number or boolean). Not the JSON length: the admission
-    policy computes this same sum in CEL, which has no JSON encoder."""
+    """What the size limit counts: per parameter its name's length + 32, the length of
+    each choice string (8 per number or boolean) and 8 per ordinal value. Not the JSON
+    length: the admission policy computes this same sum in CEL, which has no JSON encoder."""
     total = 0
     for name, entry in space.items():
         total += len(str(name)) + 32
         choices = entry.get("choice") if isinstance(entry, Mapping) else None
         if isinstance(choices, list):
             total += sum(len(value) if isinstance(value, str) else 8 for value in choices)
+        ordinal = entry.get("ordinal") if isinstance(entry, Mapping) else None
+        if isinstance(ordinal, list):
+            total += 8 * len(ordinal)
     return total
 
 
