@@ -242,6 +242,10 @@ def test_a_rows_points_json_is_the_views_batch_after_batch_and_unused_once_stale
                                "loss", steps=[1, 2, 3, 4], values=[0.5, 1e-05, 0.25, 7.0]))["step_values"]))
     stale = open_store(store_url, read_only=True).compact_curves("exp-uid", "loss")["uid-3"]
     assert stale.points_json is None
+    with written.engine.begin() as connection:   # JSON changed by hand: never spliced into a page
+        connection.execute(schema.curves.update().where(schema.curves.c.trial_uid == "uid-2")
+                           .values(points_json=b'[{"step": 1, "value": </script>'))
+    assert open_store(store_url, read_only=True).compact_curves("exp-uid", "loss")["uid-2"].points_json is None
     app = make_app(ResultsStoreStorage(open_store(store_url, read_only=True)), warm=False)
     served = json.loads(app.kubetune_details.body(study_id, 0))
     assert [p["value"] for p in served["trials"][3]["intermediate_values"]] == [0.5, 1e-05, 0.25, 7.0]

@@ -104,7 +104,7 @@ def to_row(trial_uid: str, curve: CompactCurve) -> dict:
             "started": curve.started, "ended": curve.ended, "overflow": int(curve.overflow),
             "steps": steps, "step_values": step_values,
             "last": json.dumps({"metrics": curve.metrics, "values": curve.last}),   # NaN, Infinity: Python's JSON
-            "points_json": points, "points_crc": None if points is None else points_crc(steps, step_values)}
+            "points_json": points, "points_crc": None if points is None else points_crc(steps, step_values, points)}
 
 
 def from_row(row, unpacked: bool = True) -> CompactCurve:
@@ -119,7 +119,7 @@ def from_row(row, unpacked: bool = True) -> CompactCurve:
     curve = CompactCurve(metric, int(results), int(seq), started, ended, overflow=bool(overflow),
                          metrics=tuple(kept["metrics"]), last=kept["values"])
     steps, numbers = bytes(steps or b""), bytes(numbers or b"")
-    if points is not None and crc is not None and int(crc) == points_crc(steps, numbers):
+    if points is not None and crc is not None and int(crc) == points_crc(steps, numbers, bytes(points)):
         curve.points_json, curve.encoded = bytes(points), len(steps) // 8
     if unpacked:
         curve.steps, curve.values = unpack("q", steps), unpack("d", numbers)
@@ -128,8 +128,11 @@ def from_row(row, unpacked: bool = True) -> CompactCurve:
     return curve
 
 
-def points_crc(steps: bytes, step_values: bytes) -> int:
-    return zlib.crc32(step_values, zlib.crc32(steps))
+def points_crc(steps: bytes, step_values: bytes, points: bytes) -> int:
+    """Of the points and of their JSON: the JSON is spliced into every study page unparsed
+    (orjson.Fragment), so JSON that is not the one made from these points (changed by hand,
+    a bad restore) must not be used; about 20 ms for a 10,000-trial study's 50 MB."""
+    return zlib.crc32(points, zlib.crc32(step_values, zlib.crc32(steps)))
 
 
 def encode_points(curve: CompactCurve) -> bytes | None:

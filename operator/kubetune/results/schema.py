@@ -93,7 +93,7 @@ curves = Table(
     Column("step_values", LargeBinary, nullable=False),    # float64 little-endian (NaN and ±Infinity kept)
     Column("last", Text),     # JSON: {"metrics": the study's, "values": the last result's numbers among them}
     Column("points_json", LargeBinary),   # the points as a study view's JSON (curves.encode_points), or NULL
-    Column("points_crc", BigInteger),     # CRC-32 of steps and step_values it was made from (else it is stale)
+    Column("points_crc", BigInteger),     # CRC-32 of steps, step_values and points_json (else it is not used)
 )
 
 # One row per attempt of a trial (issue 27): a table of its own, so an existing database
