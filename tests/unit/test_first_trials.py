@@ -79,3 +79,31 @@ def test_its_trials_exist_while_the_first_connection_is_still_being_made():
     assert seen, "no Trial was created before the head answered"
     assert sorted(seen[0]) == ["e-0"]
     assert all(status.get("phase") in (None, "Pending") for status in seen[0].values())   # none launched
+
+
+def test_before_the_connection_only_the_first_trial_is_created_and_nothing_queued_is_carried_out():
+    # found by review: the step before the connection carried out the whole effect queue, so
+    # a stop queued in a Ray outage (a platform call) was tried before ensure_connected, kept
+    # failing, and its failures pushed the reconnect back
+    from kubetune.controller.effects import _Effect
+    from kubetune.core.types import StopTrial, TrialPhase
+    from unit_helpers import controller_with_runner
+    store, clock = MemoryStore(), [1.0]
+    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=2, parallelism=2)
+    create = next(d for d in decisions if isinstance(d, CreateTrial))
+
+    async def first_cycle() -> None:       # a new Experiment: an empty queue, its first Trial made
+        await controller.effects.create_first([create])
+    asyncio.run(first_cycle())
+    assert list(store.trials) == [create.name] and not controller.effects
+
+    stop = _Effect(StopTrial("exp-9", TrialPhase.STOPPED, "EarlyStopped"))
+    controller.effects._effects.append(stop)       # queued when the platform went away
+    later = CreateTrial("exp-1", 1, {"x": 0.5})
+
+    async def during_an_outage() -> None:   # registry=None: any platform call would raise
+        await controller.effects.create_first([later])
+    asyncio.run(during_an_outage())
+    assert stop.attempts == 0, "a queued stop was carried out before the connection"
+    assert list(store.trials) == [create.name]      # the create waits behind it, in order
+    assert [e.decision for e in controller.effects._effects] == [stop.decision, later]

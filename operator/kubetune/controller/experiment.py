@@ -264,7 +264,9 @@ class ExperimentController:
         # a new Experiment's first Trials exist before its platform answers: the first
         # connection (the operator's own Ray: seconds under load) is waited for by every
         # Experiment applied meanwhile, and their Trials need none of it
-        await self.effects.apply(ctx.runner.first_trials())
+        first = ctx.runner.first_trials()
+        if first:
+            await self.effects.create_first(first)      # only them: the queue waits for the platform
         if not await ctx.platform.ensure_connected():
             await self.status.flush()
             return False
