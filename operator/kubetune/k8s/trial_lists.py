@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 # Experiments per request: the selector (label values are at most 63 characters) stays a
 # few KiB of URL, and one request's answer a bounded number of Trials' pages
 MAX_BATCH = 40
+MAX_LABEL_VALUE = 63
 
 # admit(): wait until a request may be sent (rate limit, a thread); fetch(values): every
 # Trial (all pages) whose label has one of ``values``, its first page admitted already
@@ -44,6 +45,9 @@ async def trials_of(namespace: str, experiment: str, label: str, admit: Admit,
                     fetch: Fetch) -> list[dict[str, Any]]:
     """The Trials labelled ``label=experiment`` in ``namespace``, by one LIST shared with
     the other Experiments of the namespace asking meanwhile."""
+    if len(experiment) > MAX_LABEL_VALUE:     # not a valid label value: its LIST fails alone
+        await admit()
+        return await fetch([experiment])
     loop = asyncio.get_running_loop()
     waiting = _open.setdefault(loop, {})
     batch = waiting.get(namespace)
@@ -52,7 +56,15 @@ async def trials_of(namespace: str, experiment: str, label: str, admit: Admit,
         # a task of its own: an asker cancelled (its Experiment deleted) cancels nobody's LIST
         batch.answer = asyncio.ensure_future(_send(waiting, namespace, batch, admit, fetch))
     batch.experiments.add(experiment)
-    items = await asyncio.shield(batch.answer)
+    try:
+        items = await asyncio.shield(batch.answer)
+    except Exception:  # noqa: BLE001 - the shared request's failure is not necessarily ours
+        if len(batch.experiments) == 1:
+            raise
+        # each asker LISTs alone: one tenant's Experiment must not fail the others' LISTs
+        # (a request refused for one of the values, a page expiring under a long answer)
+        await admit()
+        items = await fetch([experiment])
     return [item for item in items if ((item.get("metadata") or {}).get("labels") or {}).get(label) == experiment]
 
 
