@@ -67,23 +67,6 @@ class EffectQueue:
                 self._applying = False
         return bool(decisions)
 
-    async def create_first(self, decisions: list) -> None:
-        """A new Experiment's first Trials, before its platform connects: created, and nothing
-        else carried out.  Queued stops and launches need the platform: before the connection
-        they would fail (pushing the reconnect back) or reach a stale executor.  A create that
-        fails waits in the queue like any effect, carried out after the connection."""
-        for decision in decisions:
-            effect = _Effect(decision)
-            if isinstance(decision, CreateTrial) and not self._effects:
-                try:
-                    await self._carry_out(decision)
-                    continue
-                except Exception as error:  # noqa: BLE001 - retried with the queue
-                    effect.failed(error, self.ctx.clock())
-                    log.warning("%s/%s: creating %s failed (retrying): %s", self.ctx.namespace, self.ctx.name,
-                                decision.name, error)
-            self._effects.append(effect)
-
     async def _carry_out_effects(self) -> None:
         ctx = self.ctx
         now = ctx.clock()

@@ -261,12 +261,6 @@ class ExperimentController:
                 await self.checkpoints.delete_ended()
             await self.status.flush()
             return False
-        # a new Experiment's first Trials exist before its platform answers: the first
-        # connection (the operator's own Ray: seconds under load) is waited for by every
-        # Experiment applied meanwhile, and their Trials need none of it
-        first = ctx.runner.first_trials()
-        if first:
-            await self.effects.create_first(first)      # only them: the queue waits for the platform
         if not await ctx.platform.ensure_connected():
             await self.status.flush()
             return False

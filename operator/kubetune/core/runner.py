@@ -187,16 +187,9 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions += self._check_queue_timeouts(now)
         return decisions + self._check_finished(now)
 
-    def first_trials(self) -> list[Decision]:
-        """A new Experiment's first Trial, created before its platform answers (a first
-        connection takes seconds); none launched.  Not with warm start (a reuse ends at once)."""
-        if self._created or self.finished or self.spec.suspend or self.spec.warm_start is not None:
-            return []
-        return self._create_trials(up_to=1)    # its others with its first step: a burst's firsts go first
-
-    def _create_trials(self, up_to: int | None = None) -> list[Decision]:
+    def _create_trials(self) -> list[Decision]:
         decisions: list[Decision] = []
-        while self._created < min(self.max_trials, up_to or self.max_trials) and len(self._active) < self._in_flight_limit():
+        while self._created < self.max_trials and len(self._active) < self._in_flight_limit():
             name = f"{self.experiment}-{self._created}"
             params = self.searcher.suggest(name)
             if params is None:
