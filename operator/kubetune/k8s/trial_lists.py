@@ -46,8 +46,7 @@ async def trials_of(namespace: str, experiment: str, label: str, admit: Admit,
     """The Trials labelled ``label=experiment`` in ``namespace``, by one LIST shared with
     the other Experiments of the namespace asking meanwhile."""
     if len(experiment) > MAX_LABEL_VALUE:     # not a valid label value: its LIST fails alone
-        await admit()
-        return await fetch([experiment])
+        return await _alone(experiment, admit, fetch)
     loop = asyncio.get_running_loop()
     waiting = _open.setdefault(loop, {})
     batch = waiting.get(namespace)
@@ -63,9 +62,14 @@ async def trials_of(namespace: str, experiment: str, label: str, admit: Admit,
             raise
         # each asker LISTs alone: one tenant's Experiment must not fail the others' LISTs
         # (a request refused for one of the values, a page expiring under a long answer)
-        await admit()
-        items = await fetch([experiment])
+        items = await _alone(experiment, admit, fetch)
     return [item for item in items if ((item.get("metadata") or {}).get("labels") or {}).get(label) == experiment]
+
+
+async def _alone(experiment: str, admit: Admit, fetch: Fetch) -> list[dict[str, Any]]:
+    """One Experiment's own LIST, shared with nobody."""
+    await admit()
+    return await fetch([experiment])
 
 
 async def _send(waiting: dict[str, _Batch], namespace: str, batch: _Batch, admit: Admit,
