@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from kubetune.bench.machine import commit_label
+
 TRIALS, RESULTS = 10_000, 100
 BENCH_UID = "bench-dashboard-uid"
 
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"building {args.trials} trials x {args.results} results in {url}", file=sys.stderr)
             uid = build(url, args.trials, args.results)
         figures: dict[str, Any] = {"trials": args.trials, "results_per_trial": args.results,
-                                   "build_s": round(time.monotonic() - started, 1), "commit": commit(),
+                                   "build_s": round(time.monotonic() - started, 1), "commit": commit_label(),
                                    "load_before": round(os.getloadavg()[0], 1)}
         browser = Browser()
         study_id = next(iter(ResultsStoreStorage(open_store(url, read_only=True)).studies()))
@@ -344,14 +346,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(figures, indent=2))
     served = [figures[k]["trials"] for k in ("kubetune", "kubetune_restart") if k in figures]
     return 0 if all(n == args.trials for n in served) else 1
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def report(figures: dict[str, Any], repeats: int) -> None:

@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubetune.bench.dashboard import (BENCH_UID, Process, built, commit, optuna_storage, peer_trials, serve_plain,
+from kubetune.bench.dashboard import (BENCH_UID, Process, built, optuna_storage, peer_trials, serve_plain,
                                       wait_kept)
+from kubetune.bench.machine import commit_label
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     shots = Path(args.screenshots)
     shots.mkdir(parents=True, exist_ok=True)
     study_id = next(iter(ResultsStoreStorage(open_store(args.store, read_only=True)).studies()))
-    figures = {"commit": commit(), "load_before": round(os.getloadavg()[0], 1)}
+    figures = {"commit": commit_label(), "load_before": round(os.getloadavg()[0], 1)}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -20,7 +20,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from kubetune.bench.dashboard import BENCH_UID, built, commit
+from kubetune.bench.dashboard import BENCH_UID, built
+from kubetune.bench.machine import commit_label
 
 
 def cpu(work: Callable[[], Any]) -> tuple[float, float, Any]:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     runs = [one_cold_open(args.store) for _ in range(args.repeats)]
     medians = {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
-    figures = {"commit": commit(), "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1),
+    figures = {"commit": commit_label(), "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1),
                "median": medians, "runs": runs}
     print(f"first opening with nothing kept, 10,000 trials x 100 results, CPU seconds (median of {args.repeats}); "
           f"commit {figures['commit']}, load {figures['load_before']} -> {figures['load_after']}")

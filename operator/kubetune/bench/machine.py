@@ -75,3 +75,10 @@ def git_state(repo: str | None = None) -> tuple[str, bool]:
         return commit or "unknown", dirty
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
+
+
+def commit_label(repo: str | None = None) -> str:
+    """The commit a figure was measured on, for a report: ``abc123def456``, with
+    ``-dirty`` when tracked files differ from it (so a figure from changed code says so)."""
+    commit, dirty = git_state(repo)
+    return f"{commit}-dirty" if dirty else commit

@@ -22,12 +22,12 @@ import json
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from kubetune.bench.machine import commit_label
 from kubetune.bench.quality import problems as catalogue_module
 from kubetune.bench.quality.methods import RS, RS2, default_twin, methods, optuna_twin, side
 from kubetune.bench.quality.problems import MF, MO, Problem
@@ -161,14 +161,6 @@ def plot(results: list[dict[str, Any]], out: Path) -> list[str]:
     return written
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubetune.bench.quality", description=__doc__.splitlines()[0])
     size = parser.add_mutually_exclusive_group()
@@ -216,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         # what is done so far survives an interrupted run (a full run takes hours)
         (out / "quality.partial.json").write_text(json.dumps({"seeds": len(seeds), "results": results}))
-    report = {"seeds": len(seeds), "quick": quick, "commit": _commit(),
+    report = {"seeds": len(seeds), "quick": quick, "commit": commit_label(),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
               "command": "python -m kubetune.bench.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
               "skipped": skipped, "results": results, "checks": check_targets(results, quick),
