@@ -30,6 +30,17 @@ def test_every_method_keeps_all_8_workers_busy_on_the_same_clock():
         assert 480 - 8 * 2 <= trace.busy <= 480
 
 
+def test_a_result_landing_at_the_budgets_end_counts():
+    """Ten steps of 0.1 s add up to 1.0000000000000002: four rounds of full trainings fit
+    a 4 s budget exactly and must all count, for random search as for kubetune."""
+    problem = Problem(name="tenths", suite=MF, space={"x": {"uniform": [0.0, 1.0]}}, metrics=(("loss", "min"),),
+                      max_iterations=10, evaluate=lambda p, i: {"loss": p["x"]}, cost=lambda p, i: 0.1,
+                      budget=4.0, best=0.0, worst=1.0)
+    for trace in (run_ask_tell(problem, RandomPeer(problem, 1)), run_kubetune(problem, "random", "fifo", seed=1)):
+        assert sum(trace.final) == 32
+    assert regret_curve(problem, trace)[-1] == pytest.approx(min(v for (v,), f in zip(trace.values, trace.final) if f))
+
+
 def test_rs_x2_spends_twice_the_budget():
     problem = _line()
     single, double = run_ask_tell(problem, RandomPeer(problem, 3)), run_ask_tell(problem, RandomPeer(problem, 3), workers=16)

@@ -18,6 +18,7 @@ Writes ``<out>/quality.json``, ``<out>/quality.md`` and a PNG per suite.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", default="", help="comma-separated problem names (default: all)")
     parser.add_argument("--methods", default="", help="comma-separated method names (default: all; RS always)")
     parser.add_argument("--skip-methods", default="", help="comma-separated method names to leave out")
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="multiply every problem's budget (e.g. 3: does ASHA's saving grow with the budget?)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--out", default="bench-results/quality", help="directory for quality.json/.md/.png")
     parser.add_argument("--report-from", nargs="*", default=[], metavar="PARTIAL_JSON",
@@ -201,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             results += earlier["results"]
     for name, build in builders:
         problem = build()
+        if args.budget_scale != 1.0:
+            problem = dataclasses.replace(problem, budget=problem.budget * args.budget_scale)
         t0 = time.perf_counter()
         results.append(run_problem(problem, seeds, quick, args.jobs, {m for m in args.methods.split(",") if m},
                                    {m for m in args.skip_methods.split(",") if m}))

@@ -25,7 +25,7 @@ def regret_curve(problem: Problem, trace: Trace, fractions: Sequence[float] = FR
     out, best, score, points, k = [], None, None, [], 0
     order = sorted(range(len(trace.times)), key=trace.times.__getitem__)
     for fraction in fractions:
-        limit = fraction * problem.budget
+        limit = fraction * problem.deadline
         while k < len(order) and trace.times[order[k]] <= limit:
             values = trace.values[order[k]]
             if len(problem.metrics) > 1:

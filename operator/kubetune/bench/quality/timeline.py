@@ -111,7 +111,7 @@ def run_kubetune(problem: Problem, algorithm: str, scheduler: str, seed: int, wo
         return metrics
 
     sim = TimedSimulator(runner, curve, keep_log=False, cost=problem.cost)
-    sim.run_until(problem.budget)
+    sim.run_until(problem.deadline)
     return trace
 
 
@@ -141,7 +141,7 @@ def run_ask_tell(problem: Problem, method: AskTell, workers: int = WORKERS) -> T
         start(0.0)
     while heap:
         now, _, handle, params, iteration = heapq.heappop(heap)
-        if now > problem.budget:
+        if now > problem.deadline:
             break
         metrics = problem.evaluate(params, iteration)
         trace.add(now, problem, params, metrics, iteration, problem.cost(params, iteration))
