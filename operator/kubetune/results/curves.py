@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from kubetune.results import schema, values
 from kubetune.results.rows import ResultRow
@@ -190,6 +190,30 @@ def study_metrics(metric: str, study: str) -> tuple[str, ...]:
     except (ValueError, AttributeError, TypeError):
         objectives, constraints = [], []
     return tuple(dict.fromkeys((objectives or [metric or "objective"]) + constraints))[:MAX_METRICS]
+
+
+# A key space of our own for PostgreSQL's advisory locks (``serialise``): "ktcv".
+LOCK_CLASS = 0x6B746376
+_SERIALISE = text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), key) FROM (SELECT DISTINCT hashtext(uid) AS key "
+                  "FROM unnest(CAST(:uids AS text[])) AS uid) AS keys ORDER BY key")
+
+
+def serialise(connection, trial_uids: Iterable[str]) -> None:
+    """Make the writers of these trials' rows take turns, until the transaction ends;
+    ``ResultsStore.write`` calls it first thing in its transaction.
+
+    ``update`` reads a trial's row and writes it back with the batch's points added.
+    SQLite already lets one writer at a time past the batch's first insert, but on
+    PostgreSQL (READ COMMITTED) two writers of the same trial at once (the chart's two
+    replicas during a leader handover, the old leader's writer still flushing) would
+    both read the row as it was and the second's write would drop the first's points,
+    under a ``seq`` readers then take as covering them.  Here each waits for the other's
+    commit, then reads the row it wrote: one lock per trial UID (a collision of two
+    UIDs' hashes only makes them take turns), taken in one order by every writer, so
+    two batches of several trials do not wait for each other in a circle."""
+    uids = sorted(set(trial_uids))
+    if uids and connection.dialect.name == "postgresql":
+        connection.execute(_SERIALISE, {"space": LOCK_CLASS, "uids": uids})
 
 
 def update(connection, upsert, results: Sequence[ResultRow]) -> None:

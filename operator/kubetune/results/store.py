@@ -146,6 +146,7 @@ class ResultsStore:
         if self.read_only:
             raise PermissionError(f"results store {self.url_shown} was opened read-only")
         with self.engine.begin() as connection:
+            curve_rows.serialise(connection, (r.trial_uid for r in batch.results))   # before any row is touched
             self._upsert(connection, schema.experiments, ["uid"], [
                 {"uid": e.uid, "namespace": e.namespace, "name": e.name, "metric": e.metric, "mode": e.mode,
                  "phase": e.phase, "created": e.created or time.time(), "study": e.study}
