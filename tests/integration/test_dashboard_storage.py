@@ -588,3 +588,41 @@ def test_a_study_is_kept_once_unchanged_for_a_round_not_while_it_changes(written
 
 def wait_for_kept(cache) -> None:
     wait_for(lambda: list(cache.glob("*.study")), timeout=60, interval=0.05, message="a study page kept")
+
+
+def test_a_page_opened_during_the_warm_up_waits_for_it_and_nothing_counts_for_a_missing_kept_page(
+        written, store_url, tmp_path, monkeypatch):
+    """A dashboard just started with nothing kept: the warm-up does not count every result
+    for the key of a kept page that is not there, and a page opening meanwhile is answered
+    with the body the warm-up makes (made once), not a second one made beside it."""
+    storage = ResultsStoreStorage(open_store(store_url, read_only=True))
+    keys, makes, asked, release = [], [], threading.Event(), threading.Event()
+    monkeypatch.setattr(storage, "state_key", lambda study_id: keys.append(study_id))
+    make, parts = detail_module.StudyDetails._make, detail_module.StudyDetails._parts
+
+    def held_make(self, study_id):   # the warm-up's making, held until the page has asked
+        makes.append(study_id)
+        assert release.wait(60)
+        return make(self, study_id)
+
+    def seen_parts(self, study_id, newer_than=None):
+        if newer_than is not None:   # the page's request
+            asked.set()
+        return parts(self, study_id, newer_than)
+    monkeypatch.setattr(detail_module.StudyDetails, "_make", held_make)
+    monkeypatch.setattr(detail_module.StudyDetails, "_parts", seen_parts)
+    app = make_app(storage, snapshots=Snapshots(tmp_path / "nothing-kept", store_url, 1 << 30))
+    answer: list = []
+    page = threading.Thread(target=lambda: answer.append(api(app, f"/api/studies/{study_id_of('exp-uid')}?after=0")))
+    try:
+        wait_for(lambda: makes, timeout=60, message="the warm-up to make the body")
+        page.start()
+        assert asked.wait(60)
+    finally:
+        release.set()
+        page.join(60)
+        app.kubetune_details.stop()
+    assert app.kubetune_details.warmed.wait(60)
+    theirs = optuna_dashboard.wsgi(ResultsStoreStorage(open_store(store_url, read_only=True)))
+    assert answer == [api(theirs, f"/api/studies/{study_id_of('exp-uid')}?after=0")]
+    assert makes == [study_id_of("exp-uid")] and keys == []

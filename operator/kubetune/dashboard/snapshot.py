@@ -73,6 +73,10 @@ class Snapshots:
     def _path(self, study_id: int) -> Path:
         return self.directory / f"{self._scope}-{study_id}{SUFFIX}"
 
+    def has(self, study_id: int) -> bool:
+        """A file is kept for the study (of some state): worth computing its state's key."""
+        return self._path(study_id).is_file()
+
     def load(self, study_id: int, key: str) -> tuple[list[bytes], list[bytes], bytes] | None:
         """(every trial's JSON, the best trials' JSON, the rest) written for the state
         ``key``, or None (no file, another state or version, or a file not as written)."""

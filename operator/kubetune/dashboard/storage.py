@@ -30,6 +30,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from kubetune.core.optuna_compat import FrozenStudy
+from kubetune.dashboard.gc_pause import collection_paused
 from kubetune.dashboard.packed_trial import Points
 from kubetune.dashboard.study import METRIC_NAMES_KEY, Curve, StudyShape, distributions_for, frozen_trial, shape_of
 from kubetune.results.curves import CompactCurve
@@ -191,7 +192,8 @@ class ResultsStoreStorage(BaseStorage):
             cache = self._caches.setdefault(study_id, _TrialCache())
         with cache.lock:
             if time.monotonic() - cache.checked >= TRIALS_TTL_SECONDS:
-                self._refresh(study, cache)
+                with collection_paused():
+                    self._refresh(study, cache)
                 cache.checked = time.monotonic()
             return cache.trials
 
