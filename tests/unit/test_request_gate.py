@@ -71,3 +71,31 @@ def test_a_waiter_cancelled_gives_its_place_on():
 def test_a_gate_needs_room():
     with pytest.raises(ValueError):
         RequestGate(size=0)
+
+
+def test_a_request_waiting_past_the_bound_goes_before_later_ones_of_any_priority():
+    now = [0.0]
+    gate = RequestGate(size=1, max_wait_s=3.0, clock=lambda: now[0])
+    order: list[str] = []
+
+    async def request(name: str, priority: int) -> None:
+        await gate.enter(priority)
+        order.append(name)
+
+    async def main():
+        await gate.enter(PROGRESS)
+        waiting = [asyncio.ensure_future(request("status", RECORD))]
+        await asyncio.sleep(0)
+        for i in range(4):             # a stream of creates: each arrives before the last is answered
+            waiting.append(asyncio.ensure_future(request(f"create-{i}", PROGRESS)))
+            await asyncio.sleep(0)
+            now[0] += 1.0
+            gate.leave()
+            await asyncio.sleep(0)
+        gate.leave()
+        await asyncio.gather(*waiting)
+        gate.leave()
+    asyncio.run(main())
+    # the status write waited 1, 2, then 3 s: from then on it goes first
+    assert order == ["create-0", "create-1", "status", "create-2", "create-3"]
+    assert gate.busy == 0
