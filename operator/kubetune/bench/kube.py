@@ -126,6 +126,8 @@ class Operator:
                      "--results-url", self.results_url]
         self.health_port = free_port()
         self.argv += ["--liveness", f"http://127.0.0.1:{self.health_port}/healthz"]
+        self.metrics_port = free_port()
+        self.argv += ["--metrics-port", str(self.metrics_port)]
         self.env = {**env, "KUBECONFIG": str(kubeconfig)}
         self.starts = 0
         self.start()
@@ -157,6 +159,24 @@ class Operator:
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"the operator did not answer /healthz within {timeout_s:.0f} s")
+
+    def wait_ray_connected(self, address: str, timeout_s: float = 180.0) -> float:
+        """Wait until the operator says (its ``kubetune_ray_connected`` gauge) that it is
+        connected to the Ray cluster at ``address``: it connects at start-up, before any
+        Experiment needs it.  Returns the seconds waited."""
+        began = time.monotonic()
+        wanted = f'kubetune_ray_connected{{address="{address}"}} 1.0'
+        while time.monotonic() - began < timeout_s:
+            if not self.alive():
+                raise RuntimeError(f"the operator exited with {self.process.returncode}: {self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as answer:
+                    if wanted in answer.read().decode():
+                        return time.monotonic() - began
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"the operator did not connect to Ray at {address} within {timeout_s:.0f} s")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""

@@ -69,9 +69,11 @@ class ScaleRun:
         runs_dir = tempfile.mkdtemp(prefix="runs-", dir=bench.workdir)
         operator = Operator(bench.plane.kubeconfig, None, head.address, bench.workdir, bench.env)
         watches = [ProcessWatch(operator.process.pid).start()]
-        # apply once it runs: apply -> first Trial is the operator's work for a new
-        # Experiment, not its own start (which restart -> progress measures)
+        # apply once it runs and is connected to Ray (it connects at start-up, in the
+        # background): apply -> first Trial is the operator's work for a new Experiment
+        # applied to a running operator, not its own start (which restart -> progress measures)
         self.log(f"operator up in {operator.wait_healthy():.1f} s")
+        self.log(f"operator connected to Ray in a further {operator.wait_ray_connected(head.address):.1f} s")
         idle_rss = _tree_rss_mib(operator.process.pid)     # what the operator holds with nothing to do
         observer = Observer(bench._api, log=self.log).start()
         before = apimetrics.parse(bench.metrics_text())

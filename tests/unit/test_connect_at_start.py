@@ -1,0 +1,82 @@
+"""The operator connects to its own Ray cluster at start-up (handlers.connect_own_cluster,
+issue 26): a burst of Experiments applied meanwhile waits for that one connection, and a
+cluster that does not answer at start-up is tried again by the first Experiment that
+needs it, no later than the platform's first backoff step."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+from kubetune.executors.ray.platform import RayPlatforms
+from kubetune.handlers import connect_own_cluster
+from ray_fakes import FakeRayConnection
+
+OWN = "ray://head:10001"
+
+
+class SlowRay(FakeRayConnection):
+    """Connects once ``answer`` is set; fails while ``down``."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.answer = threading.Event()
+        self.down = down
+        self.connects = 0
+
+    def connect(self) -> None:
+        self.connects += 1
+        if not self.answer.wait(10):
+            raise TimeoutError("the test never let the connection through")
+        if self.down:
+            raise ConnectionError("no route to head")
+
+    def cluster_resources(self):
+        return SimpleNamespace(total={"CPU": 2.0}, nodes=[])
+
+    def node_types(self):
+        return None
+
+    def request_resources(self, bundles) -> None:
+        pass
+
+
+def test_a_burst_during_the_start_up_connection_waits_for_it_once():
+    ray = SlowRay()
+    made = []
+    platforms = RayPlatforms(OWN, lambda address: made.append(address) or ray, allow_local=False)
+
+    async def scenario() -> list[bool]:
+        starting = asyncio.create_task(connect_own_cluster(platforms))
+        while not ray.connects:          # the start-up connection is under way
+            await asyncio.sleep(0.01)
+        burst = [asyncio.create_task(platforms.get(OWN, f"ns-{i}").ensure_connected()) for i in range(20)]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in burst)     # they wait for it, none connects on its own
+        ray.answer.set()
+        await starting
+        return await asyncio.gather(*burst)
+
+    assert asyncio.run(scenario()) == [True] * 20
+    assert made == [OWN] and ray.connects == 1
+
+
+def test_a_cluster_down_at_start_up_is_tried_again_by_the_first_experiment_after_one_backoff_step():
+    ray = SlowRay(down=True)
+    ray.answer.set()
+    now = [100.0]
+    platforms = RayPlatforms(OWN, lambda address: ray, allow_local=False)
+
+    async def scenario() -> tuple[bool, bool]:
+        handle = platforms.get(OWN)
+        handle._clock = lambda: now[0]
+        await connect_own_cluster(platforms)
+        assert not handle.connected and "no route to head" in handle.last_error
+        ray.down = False            # the cluster comes up
+        assert not await handle.ensure_connected()      # not tried again at once: backoff
+        now[0] += 1.0               # the first backoff step
+        return await handle.ensure_connected(), handle.connected
+
+    started = time.monotonic()
+    assert asyncio.run(scenario()) == (True, True)
+    assert ray.connects == 2 and time.monotonic() - started < 5
