@@ -80,3 +80,71 @@ def test_a_cluster_down_at_start_up_is_tried_again_by_the_first_experiment_after
     started = time.monotonic()
     assert asyncio.run(scenario()) == (True, True)
     assert ray.connects == 2 and time.monotonic() - started < 5
+
+
+class SlowCapacity(SlowRay):
+    """Connected at once; its capacity read waits for ``capacity`` to be set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer.set()
+        self.capacity = threading.Event()
+        self.reading = threading.Event()
+
+    def cluster_resources(self):
+        self.reading.set()
+        if not self.capacity.wait(10):
+            raise TimeoutError("the test never let the capacity read through")
+        return super().cluster_resources()
+
+
+def test_a_connected_cluster_holds_no_experiment_up_behind_a_capacity_refresh():
+    ray = SlowCapacity()
+    ray.capacity.set()
+    platforms = RayPlatforms(OWN, lambda address: ray, allow_local=False)
+
+    async def scenario() -> None:
+        handle = platforms.get(OWN)
+        assert await handle.ensure_connected()
+        ray.capacity.clear()
+        handle._capacity_at = float("-inf")        # due: the next cycle refreshes it
+        refreshing = asyncio.create_task(handle.refresh_capacity())
+        while not ray.reading.is_set():
+            await asyncio.sleep(0.01)
+        # meanwhile the other Experiments' cycles go on: connected, and nothing to wait for
+        assert await asyncio.wait_for(handle.ensure_connected(), 2)
+        ray.capacity.set()
+        await refreshing
+        await asyncio.wait_for(handle.refresh_capacity(), 2)     # fresh now: returns at once
+
+    asyncio.run(scenario())
+
+
+def test_an_experiment_arriving_while_its_connection_is_retired_waits_and_connects_again():
+    ray = SlowCapacity()
+    ray.capacity.set()
+    made = []
+    platforms = RayPlatforms(OWN, lambda address: ray, allow_local=False,
+                             separate_factory=lambda address, token_env="": made.append(address) or ray,
+                             allow_unsandboxed=True)
+    other = "ray://other:10001"
+
+    async def scenario() -> None:
+        handle = platforms.get(other)
+        assert await handle.ensure_connected()
+        handle._requested = [{"CPU": 1.0}]       # a request to withdraw: the retire awaits a Ray call
+        ray.capacity.clear()
+        withdrawing = threading.Event()
+        ray.request_resources = lambda bundles: withdrawing.set() or ray.capacity.wait(10)
+        retiring = asyncio.create_task(handle.retire(handle.uses))
+        while not withdrawing.is_set():
+            await asyncio.sleep(0.01)
+        using = asyncio.create_task(handle.ensure_connected())
+        await asyncio.sleep(0.05)
+        assert not using.done()          # not handed the connection being ended
+        ray.capacity.set()
+        assert await retiring
+        assert await using and handle.connected and not handle.retired
+
+    asyncio.run(scenario())
+    assert made == [other, other]      # a new connection after the retired one

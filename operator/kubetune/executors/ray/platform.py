@@ -12,10 +12,8 @@ per process, so every other address is served by a driver process of its own
 ``local`` runs trials (user code) on the operator's machine: inside a cluster, next
 to its ServiceAccount token, so it is refused there unless the operator allows it.
 
-A driver process lives as long as some Experiment needs its address: once none has
-for ``idle_s`` (finished, deleted, moved to another address), ``retire_idle`` ends it,
-and the next Experiment that names the address starts a new one.  The grace period
-keeps a deleted-and-re-applied Experiment from stopping and starting it again.
+A driver process lives while some Experiment needs its address, and ``idle_s`` more
+(a deleted and re-applied Experiment keeps it): then ``retire_idle`` ends it.
 
 Which other addresses an Experiment may name is the operator's choice (issue 25, N2):
 its allow-list (spec/ray_allowlist.py, ``--ray-allowed-addresses``) is asked before any
@@ -83,6 +81,7 @@ class RayPlatform(ExecutorPlatform):
         self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
         self.uses = 0     # ensure_connected calls: a use since a count was taken keeps the connection
         self.retired = False   # its connection ended for want of use (retire); until the next use
+        self._changing = False   # a connect or a retire under way: every use waits for it
         self.stuck_check_s = STUCK_CALL_CHECK_S
 
     @property
@@ -92,7 +91,12 @@ class RayPlatform(ExecutorPlatform):
     async def ensure_connected(self) -> bool:
         """Connect if needed; False (with ``last_error`` set) while Ray is unreachable.
 
-        Retries back off exponentially up to 30 s, so an outage is not a crash loop."""
+        Retries back off exponentially up to 30 s, so an outage is not a crash loop.
+        Connected, with no connect or retire under way, it waits for no lock: not behind a
+        capacity refresh (Ray calls, every 2 s), which held up every cycle of a burst."""
+        if self.connected and not self._changing:
+            self.uses += 1      # a retire not yet past its count of uses sees this one
+            return True
         async with self._lock:
             self.uses += 1
             self.retired = False
@@ -106,6 +110,7 @@ class RayPlatform(ExecutorPlatform):
                 if waiting:
                     self.last_error = waiting
                     return False
+            self._changing = True
             try:
                 if self.executor is None:
                     # in a thread: the first one imports Ray (seconds under load), which
@@ -118,6 +123,8 @@ class RayPlatform(ExecutorPlatform):
                 self.last_error = f"cannot reach Ray at {self.address}: {_cause(error)}"
                 log.warning("%s (next attempt in %.0fs)", self.last_error, self._reconnect.failed(now))
                 return False
+            finally:
+                self._changing = False
             self.last_error = ""
             self._reconnect.reset()
             return True
@@ -160,30 +167,37 @@ class RayPlatform(ExecutorPlatform):
             executor = self.executor
             if executor is None or self.uses != uses:
                 return False
-            if self._requested:
-                # a request stands until replaced (nothing times it out): withdraw it first,
-                # reconnecting if the cluster was lost; until that works the driver stays
-                # and the next check tries again
-                if self.last_error and not self._reconnect.due(self._clock()):
-                    return False
-                try:
-                    if self.last_error:
-                        await self.in_thread(executor.connect)
-                    await self.in_thread(executor.request_resources, [])
-                except Exception as error:  # noqa: BLE001 - Ray unreachable: retried next check
-                    log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
-                    return False
-            self.executor = None
-            self.last_error = ""
-            self._reconnect.reset()
-            self._requested, self._capacity_at = None, float("-inf")
-            self._growth.forget()
-            self.retired = True
-            await self.in_thread(executor.close)
-            if self._threads is not None:     # its threads go with it, until the next use
-                self._threads.shutdown(wait=False)
-                self._threads = None
-            return True
+            self._changing = True
+            try:
+                return await self._retire(executor)
+            finally:
+                self._changing = False   # a connect or a retire under way: every use waits for it
+
+    async def _retire(self, executor: RayConnection) -> bool:
+        if self._requested:
+            # a request stands until replaced (nothing times it out): withdraw it first,
+            # reconnecting if the cluster was lost; until that works the driver stays
+            # and the next check tries again
+            if self.last_error and not self._reconnect.due(self._clock()):
+                return False
+            try:
+                if self.last_error:
+                    await self.in_thread(executor.connect)
+                await self.in_thread(executor.request_resources, [])
+            except Exception as error:  # noqa: BLE001 - Ray unreachable: retried next check
+                log.warning("cannot withdraw the autoscaler request on %s: %s", self.address, error)
+                return False
+        self.executor = None
+        self.last_error = ""
+        self._reconnect.reset()
+        self._requested, self._capacity_at = None, float("-inf")
+        self._growth.forget()
+        self.retired = True
+        await self.in_thread(executor.close)
+        if self._threads is not None:     # its threads go with it, until the next use
+            self._threads.shutdown(wait=False)
+            self._threads = None
+        return True
 
     async def end_runs(self, prefix: str) -> bool:
         if not await self.ensure_connected():
@@ -209,6 +223,8 @@ class RayPlatform(ExecutorPlatform):
         await self.sync_autoscaler_request()
 
     async def refresh_capacity(self) -> None:
+        if self._clock() - self._capacity_at < CAPACITY_REFRESH_SECONDS:
+            return      # fresh: no wait for the lock (held across another refresh's Ray calls)
         async with self._lock:
             await self._refresh_capacity_locked(force=False)
 
@@ -351,18 +367,9 @@ class RayPlatforms:
 
     def _admit_driver(self) -> str:
         """"" if one more driver process may start, else why the Experiment waits."""
-        if 0 < self.sandbox_abi < sandbox.FULL_ABI and not self.allow_unsandboxed:
-            return (f"not starting a Ray driver process for a cluster other than the operator's own: this node's "
-                    f"kernel offers Landlock ABI {self.sandbox_abi}, which confines that process's files but not "
-                    f"its signals (ABI {sandbox.FULL_ABI}, Linux >= 6.12), so code sent by that cluster could kill "
-                    "the operator, again after each restart; run the operator on a newer kernel, or accept the "
-                    "risk: operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
-        if not self.sandbox_abi and not self.allow_unsandboxed:
-            return ("not starting a Ray driver process for a cluster other than the operator's own: this node's "
-                    "kernel has no Landlock (Linux >= 5.13 with landlock in its lsm= list), which confines "
-                    "that process, and unconfined, code sent by that cluster could read the operator's "
-                    "ServiceAccount token; run the operator on a node with Landlock, or accept the risk: "
-                    "operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
+        refused = sandbox.refusal(self.sandbox_abi, self.allow_unsandboxed)
+        if refused:
+            return refused
         running = sum(1 for address, handle in self._handles.items()
                       if address != self.default_address and handle.executor is not None)
         if self.max_drivers and running >= self.max_drivers:

@@ -118,3 +118,21 @@ FULL_ABI = 6
 def available() -> int:
     """The Landlock ABI a driver's sandbox would use here (0: none)."""
     return landlock.abi()
+
+
+def refusal(abi: int, allow_unsandboxed: bool) -> str:
+    """"" if a driver process may start on a node whose Landlock ABI is ``abi``, else why
+    not and what to change (the operator's admin may accept the risk: ``allow_unsandboxed``)."""
+    if allow_unsandboxed or abi >= FULL_ABI:
+        return ""
+    if abi:
+        return (f"not starting a Ray driver process for a cluster other than the operator's own: this node's "
+                f"kernel offers Landlock ABI {abi}, which confines that process's files but not "
+                f"its signals (ABI {FULL_ABI}, Linux >= 6.12), so code sent by that cluster could kill "
+                "the operator, again after each restart; run the operator on a newer kernel, or accept the "
+                "risk: operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
+    return ("not starting a Ray driver process for a cluster other than the operator's own: this node's "
+            "kernel has no Landlock (Linux >= 5.13 with landlock in its lsm= list), which confines "
+            "that process, and unconfined, code sent by that cluster could read the operator's "
+            "ServiceAccount token; run the operator on a node with Landlock, or accept the risk: "
+            "operator flag --allow-unsandboxed-ray-drivers, Helm value ray.allowUnsandboxedDrivers=true")
