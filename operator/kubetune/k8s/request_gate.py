@@ -14,7 +14,10 @@ latest state).  Nothing is dropped.
 Aging: a request that has waited ``max_wait_s`` goes before every request that came
 after it, whatever their priority.  Without it, a long stream of LISTs and creates (a
 restart restoring every Experiment, a burst of hundreds) held every status write back
-for as long as the stream lasted, and ``kubectl get`` showed a state that long gone."""
+for as long as the stream lasted, and ``kubectl get`` showed a state that long gone.
+The bound is longer than a burst's creates wait (2-10 s measured for 200 Experiments
+on 2 loaded cores), so that aged status writes do not go before the last Experiments'
+first Trials; it bounds how stale a status gets under a stream that lasts longer."""
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +28,7 @@ from typing import Callable
 
 PROGRESS = 0    # LISTs of an Experiment's Trials, Trial creates
 RECORD = 1      # status writes, Events, metadata strips
-MAX_WAIT_S = 5.0    # past this, a waiting request goes in order of arrival, not of priority
+MAX_WAIT_S = 15.0   # past this, a waiting request goes in order of arrival, not of priority
 
 
 class RequestGate:
