@@ -103,8 +103,15 @@ def to_row(trial_uid: str, curve: CompactCurve) -> dict:
     return {"trial_uid": trial_uid, "metric": curve.metric, "results": curve.results, "seq": curve.seq,
             "started": curve.started, "ended": curve.ended, "overflow": int(curve.overflow),
             "steps": steps, "step_values": step_values,
-            "last": json.dumps({"metrics": curve.metrics, "values": curve.last}),   # NaN, Infinity: Python's JSON
+            "last": _last_json(curve),
             "points_json": points, "points_crc": None if points is None else points_crc(steps, step_values, points)}
+
+
+def _last_json(curve: CompactCurve) -> str:
+    kept = {"metrics": curve.metrics, "values": curve.last}
+    if all(map(math.isfinite, curve.last.values())):   # orjson: the same JSON, ~10x faster
+        return orjson.dumps(kept).decode()
+    return json.dumps(kept)   # NaN, Infinity: as Python's JSON writes them (orjson would write null)
 
 
 def from_row(row, unpacked: bool = True) -> CompactCurve:
@@ -229,9 +236,13 @@ def update(connection, upsert, results: Sequence[ResultRow]) -> None:
     measured: dict[str, tuple[str, ...]] = {}     # trial UID -> its study's metrics, the objective first
     kept: dict[str, CompactCurve] = {}
     stats: dict[str, tuple[int, int]] = {}
+    parsed: dict[tuple[str, str], tuple[str, ...]] = {}
     for chunk in _chunks(uids):
         query = select(t.c.uid, e.c.metric, e.c.study).join(e, e.c.uid == t.c.experiment_uid).where(t.c.uid.in_(chunk))
-        measured.update((uid, study_metrics(metric, study)) for uid, metric, study in connection.execute(query))
+        for uid, metric, study in connection.execute(query):
+            if (metric, study) not in parsed:   # an Experiment's study JSON parsed once, not per trial
+                parsed[metric, study] = study_metrics(metric, study)
+            measured[uid] = parsed[metric, study]
         kept.update((row[0], from_row(row)) for row in connection.execute(select(c).where(c.c.trial_uid.in_(chunk))))
         # Only a row made afresh is checked against the stored results (were some stored
         # before it?): counting a long trial's results at every batch made each write cost
