@@ -24,6 +24,7 @@ has not changed since, checked in a fraction of a second, and the first opening 
 big Experiment does not wait for the warm-up."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -196,7 +197,7 @@ class StudyDetails:
             made = pieces.parts
             if newer_than is not None and made is not None and made.made > newer_than:
                 return made
-            with collection_paused():
+            with collection_paused() if made is None else contextlib.nullcontext():   # a first making only
                 return self._make(study_id)
 
     def _make(self, study_id: int) -> _Parts | None:

@@ -7,7 +7,10 @@ allocation burst counts towards the collector's thresholds, so it ran ~330 young
 2-3 full collections during one opening, the full ones walking every object of the
 process (the imported modules' too): 0.13-0.3 s of a ~1 s opening's CPU, finding
 nothing to free.  The collector runs again once the last bulk read ends, so the few
-cycles made meanwhile are still freed."""
+cycles made meanwhile are still freed.  Only a study's first read and first making
+pause it (``storage``, ``detail``): later ones cost what changed, and a dashboard
+polled all day by many pages never has the collector held off for long (the pauses of
+several threads are counted: it runs again when the last one ends)."""
 from __future__ import annotations
 
 import contextlib

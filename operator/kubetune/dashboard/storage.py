@@ -16,6 +16,7 @@ Study IDs are derived from the Experiment's UID (``study_id_of``) so a page's ad
 outlives a restart of the dashboard and the operator can name it (status.dashboard)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -192,7 +193,7 @@ class ResultsStoreStorage(BaseStorage):
             cache = self._caches.setdefault(study_id, _TrialCache())
         with cache.lock:
             if time.monotonic() - cache.checked >= TRIALS_TTL_SECONDS:
-                with collection_paused():
+                with collection_paused() if not cache.rows else contextlib.nullcontext():   # a first read only
                     self._refresh(study, cache)
                 cache.checked = time.monotonic()
             return cache.trials
