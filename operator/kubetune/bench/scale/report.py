@@ -52,7 +52,7 @@ def rows(figures: Mapping[str, Any]) -> list[tuple[str, str]]:
     out += [("operator peak RSS (process tree) / RSS at the end", f"{_n(o.get('peak_rss_mib'), 0)} MiB / "
              f"{_n(o.get('rss_at_end_mib'), 0)} MiB"),
             ("operator CPU (user + system, all its processes)", f"{_n(o.get('cpu_s'), 0)} s"),
-            ("operator RSS before the apply (not yet connected to Ray) / beyond that at the end, per "
+            ("operator RSS before the apply (connected to Ray, no Experiment) / beyond that at the end, per "
              "finished Experiment or per Trial (all of it charged to each: upper bounds)",
              f"{_n(o.get('rss_idle_mib'), 0)} MiB / {_n(o.get('finished_kib_per_experiment'), 1)} KiB or "
              f"{_n(o.get('finished_kib_per_trial'), 2)} KiB")]
