@@ -9,6 +9,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from kubetune.executors.ray.platform import RayPlatforms
 from kubetune.handlers import connect_own_cluster
 from ray_fakes import FakeRayConnection
@@ -52,6 +54,7 @@ def test_a_burst_during_the_start_up_connection_waits_for_it_once():
             await asyncio.sleep(0.01)
         burst = [asyncio.create_task(platforms.get(OWN, f"ns-{i}").ensure_connected()) for i in range(20)]
         await asyncio.sleep(0.05)
+        assert not platforms.get(OWN).connected      # what kubetune_ray_connected reads: not yet
         assert not any(task.done() for task in burst)     # they wait for it, none connects on its own
         ray.answer.set()
         await starting
@@ -148,3 +151,23 @@ def test_an_experiment_arriving_while_its_connection_is_retired_waits_and_connec
 
     asyncio.run(scenario())
     assert made == [other, other]      # a new connection after the retired one
+
+
+def test_a_cancelled_connect_leaves_nothing_that_passes_for_connected():
+    ray = SlowRay()
+    platforms = RayPlatforms(OWN, lambda address: ray, allow_local=False)
+
+    async def scenario() -> None:
+        handle = platforms.get(OWN)
+        starting = asyncio.create_task(connect_own_cluster(platforms))
+        while not ray.connects:
+            await asyncio.sleep(0.01)
+        starting.cancel()             # the operator stops while it connects
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        assert not handle.connected and "cancelled" in handle.last_error
+        ray.answer.set()              # the next use connects for real, at once
+        assert await asyncio.wait_for(handle.ensure_connected(), 5) and handle.connected
+        assert ray.connects == 2
+
+    asyncio.run(scenario())

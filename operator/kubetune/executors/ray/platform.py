@@ -12,8 +12,7 @@ per process, so every other address is served by a driver process of its own
 ``local`` runs trials (user code) on the operator's machine: inside a cluster, next
 to its ServiceAccount token, so it is refused there unless the operator allows it.
 
-A driver process lives while some Experiment needs its address, and ``idle_s`` more
-(a deleted and re-applied Experiment keeps it): then ``retire_idle`` ends it.
+A driver process lives while an Experiment needs its address and ``idle_s`` more (retire_idle).
 
 Which other addresses an Experiment may name is the operator's choice (issue 25, N2):
 its allow-list (spec/ray_allowlist.py, ``--ray-allowed-addresses``) is asked before any
@@ -21,8 +20,7 @@ connection, and an address it does not hold fails the Experiment (``RayAddressRe
 Another cluster may be a tenant's own, so its driver process is treated as the tenant's
 (process.py: no credentials, JSON answers checked), its calls run on threads of its own
 (a cluster that never answers holds those, not the operator's shared pool), and at most
-``max_drivers`` run at once: past that an Experiment waits, its RayUnavailable condition
-saying so."""
+``max_drivers`` run at once: past that an Experiment waits (its RayUnavailable says so)."""
 from __future__ import annotations
 
 import asyncio
@@ -81,20 +79,19 @@ class RayPlatform(ExecutorPlatform):
         self._requested: list[dict[str, float]] | None = None   # last request sent; None: none yet
         self.uses = 0     # ensure_connected calls: a use since a count was taken keeps the connection
         self.retired = False   # its connection ended for want of use (retire); until the next use
-        self._changing = False   # a connect or a retire under way: every use waits for it
+        self._changing = False   # a connect or a retire under way: not connected, every use waits
         self.stuck_check_s = STUCK_CALL_CHECK_S
 
     @property
     def connected(self) -> bool:
-        return self.executor is not None and not self.last_error
+        return self.executor is not None and not self.last_error and not self._changing
 
     async def ensure_connected(self) -> bool:
         """Connect if needed; False (with ``last_error`` set) while Ray is unreachable.
-
         Retries back off exponentially up to 30 s, so an outage is not a crash loop.
-        Connected, with no connect or retire under way, it waits for no lock: not behind a
-        capacity refresh (Ray calls, every 2 s), which held up every cycle of a burst."""
-        if self.connected and not self._changing:
+        Connected, it waits for no lock: not behind a capacity refresh (Ray calls, every
+        2 s), which held up every cycle of a burst."""
+        if self.connected:
             self.uses += 1      # a retire not yet past its count of uses sees this one
             return True
         async with self._lock:
@@ -119,6 +116,9 @@ class RayPlatform(ExecutorPlatform):
                 await self.in_thread(self.executor.connect)
                 self._requested = None     # a cluster that came back knows no request of ours
                 await self._refresh_capacity_locked(force=True)
+            except asyncio.CancelledError:     # its daemon stopped: no executor left passing for connected
+                self.last_error = f"connecting to Ray at {self.address} was cancelled"
+                raise
             except Exception as error:  # noqa: BLE001 - any failure to reach Ray means "unavailable"
                 self.last_error = f"cannot reach Ray at {self.address}: {_cause(error)}"
                 log.warning("%s (next attempt in %.0fs)", self.last_error, self._reconnect.failed(now))
@@ -171,7 +171,7 @@ class RayPlatform(ExecutorPlatform):
             try:
                 return await self._retire(executor)
             finally:
-                self._changing = False   # a connect or a retire under way: every use waits for it
+                self._changing = False   # a connect or a retire under way: not connected, every use waits
 
     async def _retire(self, executor: RayConnection) -> bool:
         if self._requested:
