@@ -201,8 +201,13 @@ def study_metrics(metric: str, study: str) -> tuple[str, ...]:
 
 # A key space of our own for PostgreSQL's advisory locks (``serialise``): "ktcv".
 LOCK_CLASS = 0x6B746376
-_SERIALISE = text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), key) FROM (SELECT DISTINCT hashtext(uid) AS key "
-                  "FROM unnest(CAST(:uids AS text[])) AS uid) AS keys ORDER BY key")
+# Trial UIDs share this many locks: a batch of up to 20,000 results of as many trials takes
+# at most 256 of PostgreSQL's shared lock slots (~6,400 by default, for every session),
+# never "out of shared memory"; two trials of one bucket only take turns.
+LOCK_KEYS = 256
+_SERIALISE = text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), key) FROM (SELECT DISTINCT "
+                  "hashtext(uid) & CAST(:keys - 1 AS integer) AS key FROM unnest(CAST(:uids AS text[])) AS uid) "
+                  "AS keys ORDER BY key")
 
 
 def serialise(connection, trial_uids: Iterable[str]) -> None:
@@ -215,12 +220,12 @@ def serialise(connection, trial_uids: Iterable[str]) -> None:
     replicas during a leader handover, the old leader's writer still flushing) would
     both read the row as it was and the second's write would drop the first's points,
     under a ``seq`` readers then take as covering them.  Here each waits for the other's
-    commit, then reads the row it wrote: one lock per trial UID (a collision of two
-    UIDs' hashes only makes them take turns), taken in one order by every writer, so
-    two batches of several trials do not wait for each other in a circle."""
+    commit, then reads the row it wrote: one lock per bucket of trial UIDs (LOCK_KEYS; two
+    trials of a bucket only take turns), taken in one order by every writer, so two
+    batches of several trials do not wait for each other in a circle."""
     uids = sorted(set(trial_uids))
     if uids and connection.dialect.name == "postgresql":
-        connection.execute(_SERIALISE, {"space": LOCK_CLASS, "uids": uids})
+        connection.execute(_SERIALISE, {"space": LOCK_CLASS, "keys": LOCK_KEYS, "uids": uids})
 
 
 def update(connection, upsert, results: Sequence[ResultRow]) -> None:
