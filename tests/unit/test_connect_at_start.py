@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +15,22 @@ from kubetune.handlers import connect_own_cluster
 from ray_fakes import FakeRayConnection
 
 OWN = "ray://head:10001"
+DEADLINE = 60.0     # seconds: only ever reached when the code under test is wrong
+
+
+async def until(condition, what: str) -> None:
+    """Wait for ``condition`` (set by a thread of the fake), failing after DEADLINE."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while not condition():
+        assert loop.time() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def settle() -> None:
+    """Let every task of the loop run up to the point where it waits (yields, not time)."""
+    for _ in range(100):
+        await asyncio.sleep(0)
 
 
 class SlowRay(FakeRayConnection):
@@ -50,10 +65,9 @@ def test_a_burst_during_the_start_up_connection_waits_for_it_once():
 
     async def scenario() -> list[bool]:
         starting = asyncio.create_task(connect_own_cluster(platforms))
-        while not ray.connects:          # the start-up connection is under way
-            await asyncio.sleep(0.01)
+        await until(lambda: ray.connects, "the start-up connection under way")
         burst = [asyncio.create_task(platforms.get(OWN, f"ns-{i}").ensure_connected()) for i in range(20)]
-        await asyncio.sleep(0.05)
+        await settle()
         assert not platforms.get(OWN).connected      # what kubetune_ray_connected reads: not yet
         assert not any(task.done() for task in burst)     # they wait for it, none connects on its own
         ray.answer.set()
@@ -80,9 +94,8 @@ def test_a_cluster_down_at_start_up_is_tried_again_by_the_first_experiment_after
         now[0] += 1.0               # the first backoff step
         return await handle.ensure_connected(), handle.connected
 
-    started = time.monotonic()
     assert asyncio.run(scenario()) == (True, True)
-    assert ray.connects == 2 and time.monotonic() - started < 5
+    assert ray.connects == 2
 
 
 class SlowCapacity(SlowRay):
@@ -96,7 +109,7 @@ class SlowCapacity(SlowRay):
 
     def cluster_resources(self):
         self.reading.set()
-        if not self.capacity.wait(10):
+        if not self.capacity.wait(2 * DEADLINE):    # longer than the test's deadlines: a wait shows
             raise TimeoutError("the test never let the capacity read through")
         return super().cluster_resources()
 
@@ -112,13 +125,15 @@ def test_a_connected_cluster_holds_no_experiment_up_behind_a_capacity_refresh():
         ray.capacity.clear()
         handle._capacity_at = float("-inf")        # due: the next cycle refreshes it
         refreshing = asyncio.create_task(handle.refresh_capacity())
-        while not ray.reading.is_set():
-            await asyncio.sleep(0.01)
+        await until(ray.reading.is_set, "the capacity read under way")
         # meanwhile the other Experiments' cycles go on: connected, and nothing to wait for
-        assert await asyncio.wait_for(handle.ensure_connected(), 2)
+        # (were it waiting for the refresh, the deadline would pass first)
+        assert await asyncio.wait_for(handle.ensure_connected(), DEADLINE)
         ray.capacity.set()
         await refreshing
-        await asyncio.wait_for(handle.refresh_capacity(), 2)     # fresh now: returns at once
+        ray.reading.clear()
+        await asyncio.wait_for(handle.refresh_capacity(), DEADLINE)
+        assert not ray.reading.is_set()       # fresh now: no second read
 
     asyncio.run(scenario())
 
@@ -140,10 +155,9 @@ def test_an_experiment_arriving_while_its_connection_is_retired_waits_and_connec
         withdrawing = threading.Event()
         ray.request_resources = lambda bundles: withdrawing.set() or ray.capacity.wait(10)
         retiring = asyncio.create_task(handle.retire(handle.uses))
-        while not withdrawing.is_set():
-            await asyncio.sleep(0.01)
+        await until(withdrawing.is_set, "the retire withdrawing its request")
         using = asyncio.create_task(handle.ensure_connected())
-        await asyncio.sleep(0.05)
+        await settle()
         assert not using.done()          # not handed the connection being ended
         ray.capacity.set()
         assert await retiring
@@ -160,14 +174,13 @@ def test_a_cancelled_connect_leaves_nothing_that_passes_for_connected():
     async def scenario() -> None:
         handle = platforms.get(OWN)
         starting = asyncio.create_task(connect_own_cluster(platforms))
-        while not ray.connects:
-            await asyncio.sleep(0.01)
+        await until(lambda: ray.connects, "the start-up connection under way")
         starting.cancel()             # the operator stops while it connects
         with pytest.raises(asyncio.CancelledError):
             await starting
         assert not handle.connected and "cancelled" in handle.last_error
         ray.answer.set()              # the next use connects for real, at once
-        assert await asyncio.wait_for(handle.ensure_connected(), 5) and handle.connected
+        assert await asyncio.wait_for(handle.ensure_connected(), DEADLINE) and handle.connected
         assert ray.connects == 2
 
     asyncio.run(scenario())
