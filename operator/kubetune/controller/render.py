@@ -273,8 +273,7 @@ def experiment_status(summary: ExperimentSummary, *, total: int, previous: Mappi
     never cut, like the conditions (e.g. ``warmStartSources``)."""
     extra_conditions = list(extra_conditions)
     counts = {**{key: summary.counts.get(key.capitalize(), 0) for key in TRIAL_COUNT_KEYS}, "created": summary.created}
-    # toward maxTrials: a Reused Trial (parameters evaluated before) does not count
-    done = counts["succeeded"] + counts["failed"] + counts["stopped"] - summary.reused
+    done = counts["succeeded"] + counts["failed"] + counts["stopped"]
     conditions = list(previous.get("conditions") or [])
     finished = summary.finished
     phase, reason, message, conditions = _phase(summary, counts, f"{done}/{total} done", conditions, previous,

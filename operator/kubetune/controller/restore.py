@@ -17,8 +17,8 @@ from kubetune.core.types import FinishExperiment
 from kubetune.spec import ExperimentSpec
 
 # what the runner itself ends a run with (a Failed InvalidSpec is the controller's, not an outcome)
-RUNNER_OUTCOMES = frozenset({"GoalReached", "MaxTrialsReached", "SearchSpaceExhausted", "SearchConverged",
-                             "MaxDurationReached", "MaxFailedTrialsReached", "Infeasible"})
+RUNNER_OUTCOMES = frozenset({"GoalReached", "MaxTrialsReached", "SearchSpaceExhausted", "MaxDurationReached",
+                             "MaxFailedTrialsReached", "Infeasible"})
 # restores at once: each holds a LIST of full Trials and builds a study; more at once
 # would only share the same interpreter (GIL) and add their memory up
 CONCURRENT_RESTORES = 2

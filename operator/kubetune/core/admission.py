@@ -6,8 +6,6 @@ platform's admission; ``parallelism`` bounds the admitted trials and
 ``spec.budget.admissionWindow`` the waiting ones."""
 from __future__ import annotations
 
-from typing import Any, Iterable
-
 QUEUED = "WaitingForAdmission"
 PROVISIONING = "Provisioning"
 PREEMPTED = "Preempted"
@@ -95,17 +93,3 @@ class AdmissionWindow:
 
     def in_flight_limit(self, parallelism: int, window: int) -> int:
         return in_flight_limit(parallelism, window, bool(self._queue_full))
-
-    def summary(self, trials: Iterable[Any], queued: bool) -> dict[str, Any] | None:
-        """Admissions, queue wait and evictions over every trial (core.trial.TrialInfo), a
-        fixed-size summary; None for an Experiment that never met a queue."""
-        trials = list(trials)
-        admissions = sum(t.queue_waits for t in trials)
-        evictions = sum(t.evictions for t in trials)
-        if not (queued or admissions or evictions or len(self)):
-            return None
-        total = sum(t.queue_wait_s for t in trials)
-        longest = max((t.queue_wait_s for t in trials), default=0.0)   # one trial's, all its attempts
-        return {"admissions": admissions, "waitingForAdmission": len(self), "evictions": evictions,
-                "queueWaitSeconds": {"total": round(total, 3), "mean": round(total / admissions, 3) if admissions else 0.0,
-                                     "max": round(longest, 3)}}

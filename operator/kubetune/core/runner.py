@@ -19,7 +19,6 @@ from kubetune.core import admission, budget as budgets, pareto
 from kubetune.core.best import BestTrial
 from kubetune.core.curve import cut_back
 from kubetune.core.failures import FailureTally
-from kubetune.core.repeats import REUSED, SEARCH_CONVERGED, Repeats  # noqa: F401 - REUSED: its old home
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.runner_events import NOT_COUNTED, TrialEvents  # noqa: F401 - NOT_COUNTED: render.py
 from kubetune.core.runner_restart import SpecAndRestart
@@ -35,6 +34,7 @@ from kubetune.core.types import (
 )
 from kubetune.spec.model import ExperimentSpec
 
+REUSED = "Reused"   # the reason of a Trial whose parameters were evaluated before: it never ran
 RUNNING, PAUSED, PENDING, QUEUED = TrialPhase.RUNNING, TrialPhase.PAUSED, TrialPhase.PENDING, TrialPhase.QUEUED
 SUCCEEDED, FAILED, STOPPED = TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED
 
@@ -60,7 +60,6 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         self._active: dict[str, TrialInfo] = {}        # not terminal, in creation order
         self._counts: Counter[TrialPhase] = Counter()
         self._created = 0
-        self._repeats = Repeats()    # Reused Trials: free, until the search has converged
         self._failed = 0
         self._last_error: tuple[str, str] | None = None
         self._failures = FailureTally()   # the Experiment's message names the most common failure
@@ -80,11 +79,6 @@ class TrialRunner(TrialEvents, SpecAndRestart):
     @property
     def max_trials(self) -> int:
         return self.spec.budget.max_trials
-
-    @property
-    def counted(self) -> int:
-        """The trials that count toward maxTrials: a Reused Trial does not (core/repeats.py)."""
-        return self._repeats.counted(self._created)
 
     def owner(self, name: str) -> str:
         """The trial's key in the ledger."""
@@ -109,10 +103,23 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             counts={phase.value: self._counts[phase] for phase in TrialPhase}, created=self._created,
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
-            queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials, reused=self._repeats.reused,
-            outcomes=self._front.get(self),
-            admissions=self._admissions.summary(self._trials.values(), bool(self.spec.queue)),
+            queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
+            outcomes=self._front.get(self), admissions=self._admission_summary(),
             usage=experiment_usage((t.usage, t.queue_wait_s) for t in self._trials.values()))
+
+    def _admission_summary(self) -> dict[str, Any] | None:
+        """Admissions, queue wait and evictions over every trial (a fixed-size summary)."""
+        trials = self._trials.values()
+        admissions = sum(t.queue_waits for t in trials)
+        evictions = sum(t.evictions for t in trials)
+        if not (self.spec.queue or admissions or evictions or self._admissions):
+            return None
+        total = sum(t.queue_wait_s for t in trials)
+        longest = max((t.queue_wait_s for t in trials), default=0.0)   # one trial's, all its attempts
+        return {"admissions": admissions, "waitingForAdmission": len(self._admissions),
+                "evictions": evictions,
+                "queueWaitSeconds": {"total": round(total, 3), "mean": round(total / admissions, 3) if admissions else 0.0,
+                                     "max": round(longest, 3)}}
 
     def decision_state(self, name: str) -> dict[str, Any]:
         """What the study and the scheduler keep about a trial, bounded: persisted on the
@@ -182,8 +189,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def _create_trials(self) -> list[Decision]:
         decisions: list[Decision] = []
-        while (self.counted < self.max_trials and len(self._active) < self._in_flight_limit()
-               and not self._repeats.converged(self.max_trials)):
+        while self._created < self.max_trials and len(self._active) < self._in_flight_limit():
             name = f"{self.experiment}-{self._created}"
             params = self.searcher.suggest(name)
             if params is None:
@@ -195,7 +201,6 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             self.scheduler.on_trial_add(trial)
             decisions.append(CreateTrial(name, trial.index, dict(params)))
             earlier = self.searcher.evaluated(params)
-            self._repeats.note(earlier is not None)
             if earlier is not None:
                 decisions += self._reuse(trial, earlier)
         return decisions
@@ -356,14 +361,9 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             return self._finish(now, self._outcome(), reason, self._with_failures(f"{what}; {self._best_text()}"))
         if self._active:
             return []
-        if self.counted >= self.max_trials:
-            reused = f" (and {self._repeats.reused} Reused)" if self._repeats.reused else ""
+        if self._created >= self.max_trials:
             return self._finish(now, self._outcome(), "MaxTrialsReached",
-                                self._with_failures(f"all {self.counted} trials done{reused}; {self._best_text()}"))
-        converged = self._repeats.converged(self.max_trials)
-        if converged:
-            return self._finish(now, self._outcome(), SEARCH_CONVERGED, self._with_failures(
-                f"{converged}; {self.counted} trials ran of maxTrials {self.max_trials}; {self._best_text()}"))
+                                self._with_failures(f"all {self._created} trials done; {self._best_text()}"))
         if self.searcher.exhausted:
             return self._finish(now, self._outcome(), "SearchSpaceExhausted",
                                 self._with_failures(f"all {self.searcher.grid_size} grid points tried; "

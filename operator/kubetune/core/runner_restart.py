@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Iterable
 
 from kubetune.core import budget as budgets
-from kubetune.core.repeats import REUSED
 from kubetune.core.resources import ResourceLedger, trial_bundles
 from kubetune.core.schedulers import Action, SchedulerDecision
 from kubetune.core.search_values import objective_value, record_latest
@@ -28,7 +27,7 @@ class SpecAndRestart:
         """Apply a new spec to the running experiment (GitOps): what of it is taken
         (core/spec_change.py) takes effect; ``spec_rejection`` says what was refused."""
         old = self.spec
-        self.spec, problems = accept_spec_change(old, spec, self.counted)
+        self.spec, problems = accept_spec_change(old, spec, self._created)
         self.spec_rejection = "; ".join(problems)
         self._bundles = trial_bundles(self.spec.trial.resources)
         self._reopen_if_allowed()
@@ -63,7 +62,7 @@ class SpecAndRestart:
         finished, budget = self.finished, self.spec.budget
         if finished is None:
             return
-        if (finished.reason == "MaxTrialsReached" and self.max_trials > self.counted   # as Katib
+        if (finished.reason == "MaxTrialsReached" and self.max_trials > self._created   # as Katib
                 or finished.reason == "Infeasible"          # the next launch checks the resources again
                 or finished.reason == budgets.BUDGET_EXHAUSTED
                 and not budgets.exhausted(self.spec, self._trials.values())
@@ -113,10 +112,9 @@ class SpecAndRestart:
             if trial.phase is RUNNING and self.spec.queue:
                 self._admissions.hand_over(trial.name, restored=True)
         self._created = records[-1].index + 1 if records else 0
-        self._repeats.restore(self._trials[r.name].reason == REUSED for r in records)
-        if self.counted > self.max_trials:
-            self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self.counted} "
-                                   f"trials already run; no new trials will start")
+        if self._created > self.max_trials:
+            self.spec_rejection = (f"spec.budget.maxTrials: {self.max_trials} is below the {self._created} "
+                                   f"trials already created; no new trials will start")
         states = {r.name: dict((r.decision_state or {}).get("scheduler") or {}) for r in records}
         self.searcher.rebuild(records, replay=lambda: self.scheduler.restore(self._trials.values(), states))
         self._front.changed()

@@ -145,7 +145,6 @@ class ExperimentSummary:
     queue_reason: str = ""
     finished: FinishExperiment | None = None
     max_trials: int = 0                                     # for progress: done/max_trials
-    reused: int = 0         # Reused Trials: succeeded, but not counted toward max_trials
     outcomes: Any = None    # core.pareto.Outcomes: Pareto front, hypervolume, reused and warm-start trials
     admissions: Mapping[str, Any] | None = None   # admissions, queue wait, evictions (spec.queue); None without
     usage: Mapping[str, float] | None = None   # Experiment.status.usage (core/usage.experiment_usage)

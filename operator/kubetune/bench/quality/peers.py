@@ -26,7 +26,6 @@ import optuna
 
 from kubetune.bench.quality.problems import Problem, draw
 from kubetune.bench.quality.timeline import MAX_TRIALS, experiment_name, kubetune_spec
-from kubetune.core.repeats import Repeats
 from kubetune.core.samplers import ask_seed, from_study, reseed
 from kubetune.core.search import Searcher
 from kubetune.spec import parse_experiment
@@ -69,7 +68,7 @@ class OptunaPeer:
                 min_resource=problem.grace_period, max_resource=problem.max_iterations, reduction_factor=3)
         self.problem = problem
         self.space, self.distributions = spec.search_space, Searcher(spec, study_name="peer-space").distributions
-        self.seed, self.asked, self.repeats = (seed if mirror else None), 0, Repeats()
+        self.seed, self.asked = (seed if mirror else None), 0
         self.completed: dict[tuple, list[float]] | None = {} if mirror else None
         self.study = optuna.create_study(
             sampler=sampler, pruner=pruner,
@@ -78,16 +77,12 @@ class OptunaPeer:
         self.multi = len(problem.metrics) > 1
 
     def ask(self):
-        # kubetune's maxTrials, which its Reused Trials do not use up, and its end of a
-        # search that proposes only repeats (core/repeats.py)
-        while self.repeats.counted(self.asked) < MAX_TRIALS and not self.repeats.converged(MAX_TRIALS):
+        while self.asked < MAX_TRIALS:       # kubetune's maxTrials, reused trials included
             if self.seed is not None:
                 reseed(self.study.sampler, ask_seed(self.seed, self.asked))
             self.asked += 1
             trial = self.study.ask(self.distributions)
             earlier = None if self.completed is None else self.completed.get(tuple(sorted(trial.params.items())))
-            if self.completed is not None:
-                self.repeats.note(earlier is not None)
             if earlier is None:
                 return trial, from_study(self.space, trial.params)     # an ordinal's position -> its value
             self.study.tell(trial, earlier if self.multi else earlier[0])
