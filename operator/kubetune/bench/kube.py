@@ -147,36 +147,33 @@ class Operator:
         """Wait until the operator answers its liveness probe (kopf runs: started up, Ray
         connected), so that what is measured next is its work, not its start; returns
         the seconds waited."""
-        began = time.monotonic()
-        while time.monotonic() - began < timeout_s:
-            if not self.alive():
-                raise RuntimeError(f"the operator exited with {self.process.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as answer:
-                    if answer.status == 200:
-                        return time.monotonic() - began
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"the operator did not answer /healthz within {timeout_s:.0f} s")
+        return self._wait_for_page(self.health_port, "/healthz", lambda status, body: status == 200, timeout_s,
+                                   "answer /healthz")
 
     def wait_ray_connected(self, address: str, timeout_s: float = 180.0) -> float:
         """Wait until the operator says (its ``kubetune_ray_connected`` gauge) that it is
         connected to the Ray cluster at ``address``: it connects at start-up, before any
         Experiment needs it.  Returns the seconds waited."""
-        began = time.monotonic()
         wanted = f'kubetune_ray_connected{{address="{address}"}} 1.0'
+        return self._wait_for_page(self.metrics_port, "/metrics", lambda status, body: wanted in body, timeout_s,
+                                   f"connect to Ray at {address}")
+
+    def _wait_for_page(self, port: int, path: str, answered: Callable[[int, str], bool], timeout_s: float,
+                       what: str) -> float:
+        """Poll the operator's own HTTP page until ``answered(status, body)``, failing at
+        once if the operator exits; returns the seconds waited."""
+        began = time.monotonic()
         while time.monotonic() - began < timeout_s:
             if not self.alive():
                 raise RuntimeError(f"the operator exited with {self.process.returncode}: {self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as answer:
-                    if wanted in answer.read().decode():
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                    if answered(answer.status, answer.read().decode()):
                         return time.monotonic() - began
             except OSError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"the operator did not connect to Ray at {address} within {timeout_s:.0f} s")
+        raise TimeoutError(f"the operator did not {what} within {timeout_s:.0f} s")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, as when a node dies or the OOM killer strikes."""
