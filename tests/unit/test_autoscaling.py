@@ -18,6 +18,7 @@ from kubetune.executors.base import ClusterResources, NodeResources
 from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray.autoscaler import node_type_shapes
 from ray_fakes import FakeRayConnection
+from unit_helpers import until
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = Resources(cpu=2, gpu=1)
@@ -211,7 +212,7 @@ def test_unreadable_node_types_leave_growth_unknown_not_fixed_size():
         executor.fail_node_types, executor._node_types = "", None   # the head answers: it cannot grow
         clock.now += 5                            # past the retry's backoff and the refresh interval
         await handle.refresh_capacity()
-        await asyncio.wait_for(_until(lambda: handle._growth.known), 5)
+        await until(lambda: handle._growth.known, "the node types read", deadline=5)
         clock.now += 5
         await handle.refresh_capacity()
         assert ledger.growth_known and not ledger.autoscaling
@@ -243,16 +244,11 @@ def test_a_slow_head_does_not_hold_up_placement_past_the_first_wait(monkeypatch)
             await asyncio.wait_for(handle.ensure_connected(), 10)
         assert not handle.ledger.growth_known
         answered.set()
-        await asyncio.wait_for(_until(lambda: handle._growth.known), 30)
+        await until(lambda: handle._growth.known, "the node types read", deadline=30)
         clock.now += 5
         await handle.refresh_capacity()
         assert handle.ledger.autoscaling and handle.ledger.node_shapes()[1] == [Resources(cpu=4, gpu=1)]
     asyncio.run(scenario())
-
-
-async def _until(condition) -> None:
-    while not condition():
-        await asyncio.sleep(0.01)
 
 
 def test_an_experiment_that_finishes_with_trials_queued_withdraws_their_request():

@@ -13,18 +13,10 @@ import pytest
 from kubetune.executors.ray.platform import RayPlatforms
 from kubetune.handlers import connect_own_cluster
 from ray_fakes import FakeRayConnection
+from unit_helpers import until
 
 OWN = "ray://head:10001"
-DEADLINE = 60.0     # seconds: only ever reached when the code under test is wrong
-
-
-async def until(condition, what: str) -> None:
-    """Wait for ``condition`` (set by a thread of the fake), failing after DEADLINE."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not condition():
-        assert loop.time() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.01)
+DEADLINE = 60.0     # seconds: only ever reached when the code under test is wrong (unit_helpers.until's)
 
 
 async def settle() -> None:
