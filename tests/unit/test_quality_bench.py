@@ -8,7 +8,7 @@ import pytest
 from kubetune.bench.quality import __main__ as bench
 from kubetune.bench.quality.methods import RS, RS2
 from kubetune.bench.quality.problems import BB, MF, MO, Problem, catalogue
-from kubetune.bench.quality.scoring import FRACTIONS, budget_to_reach, iqm, regret_curve, summarise
+from kubetune.bench.quality.scoring import FRACTIONS, budget_to_reach, budget_to_reach_ci, iqm, regret_curve, summarise
 from kubetune.bench.quality.timeline import Trace, run_ask_tell, run_kubetune
 from kubetune.bench.quality.peers import OptunaPeer, RandomPeer
 from kubetune.core.samplers import missing_packages
@@ -63,6 +63,22 @@ def test_iqm_ignores_the_outer_quartiles_and_the_ci_contains_it():
     assert summary.low <= summary.iqm <= summary.high
     assert budget_to_reach([[1.0] * 47 + [0.5]], 0.5) == 1.0
     assert budget_to_reach([[1.0] * 48], 0.5) is None
+
+
+def test_t1_comes_with_a_bootstrap_ci_over_seeds():
+    """T1's figure is where an IQM curve crosses RS's final IQM: on a flat stretch a few
+    seeds move it far (mfh6-bad: 75% vs 42% for decision-identical ASHAs), so it is
+    reported with its CI."""
+    rs = [[1.0] * 47 + [0.5]] * 8
+    steady = [[1.0] * 11 + [0.4] * 37] * 8          # every seed reaches 0.5 at 12/48
+    assert budget_to_reach_ci([(steady, rs)]) == (FRACTIONS[11], FRACTIONS[11])
+    # half the seeds reach it at 12/48, half never: the IQM crosses late, the CI spans it all
+    split = [[1.0] * 11 + [0.4] * 37] * 4 + [[1.0] * 48] * 4
+    low, high = budget_to_reach_ci([(split, rs)])
+    assert low is not None and low <= FRACTIONS[11] and high is None
+    checks = bench.check_targets([_result("p", MF, {"kubetune asha+random": 0.1, RS: 0.5, RS2: 0.4})], quick=True)
+    t1, = [c for c in checks if c["target"] == "T1"]
+    assert t1["figure"] == "at 100% of RS budget [95% CI 100%, 100%]"
 
 
 def _result(name: str, suite: str, finals: dict[str, float]) -> dict:

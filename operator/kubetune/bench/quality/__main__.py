@@ -32,7 +32,8 @@ from kubetune.bench.machine import commit_label
 from kubetune.bench.quality import problems as catalogue_module
 from kubetune.bench.quality.methods import RS, RS2, default_twin, methods, optuna_twin, side
 from kubetune.bench.quality.problems import MF, MO, Problem
-from kubetune.bench.quality.scoring import FRACTIONS, Summary, budget_to_reach, iqm, regret_curve, summarise
+from kubetune.bench.quality.scoring import (FRACTIONS, Summary, budget_to_reach, budget_to_reach_ci, iqm, regret_curve,
+                                            summarise)
 
 T1_FRACTION = 1 / 3
 T4_SHARE = 0.8
@@ -69,6 +70,10 @@ def run_problem(problem: Problem, seeds: list[int], quick: bool, jobs: int, only
             "final": {m: s.as_dict() for m, s in final.items()}}
 
 
+def _share(fraction: float | None) -> str:
+    return "never" if fraction is None else f"{fraction:.0%}"
+
+
 def _summary(d: dict[str, float]) -> Summary:
     return Summary(d["iqm"], d["ci_low"], d["ci_high"])
 
@@ -81,8 +86,10 @@ def check_targets(results: list[dict[str, Any]], quick: bool) -> list[dict[str, 
         pooled = [c for r in mf for c in r["curves"][method]]
         rs_final = iqm([c[-1] for c in pooled_rs])
         reached = budget_to_reach(pooled, rs_final)
+        low, high = budget_to_reach_ci([(r["curves"][method], r["curves"][RS]) for r in mf])
         checks.append({"target": "T1", "what": f"{method} reaches RS's final regret ({rs_final:.4f})",
-                       "figure": "never" if reached is None else f"at {reached:.0%} of RS's budget",
+                       "figure": f"{'never' if reached is None else f'at {reached:.0%} of RS budget'} "
+                                 f"[95% CI {_share(low)}, {_share(high)}]",
                        "passed": reached is not None and reached <= T1_FRACTION + 1e-9})
     for r in results:
         for method, final in r["final"].items():
