@@ -173,6 +173,17 @@ class StateCollector(Collector):
         yield up
         yield capacity
         yield free
+        # how freed room is handed over (issue 26): grants against wakes and refusals by cause
+        events = CounterMetricFamily("kubetune_ledger_events",
+                                     "What the resource ledgers did: grants, wakes of an Experiment whose trial "
+                                     "may start, refusals by cause, rebuilds of the waiting line", labels=["event"])
+        counted: dict[str, int] = {}
+        for handle in handles:
+            for name, count in handle.ledger.work.items():
+                counted[name] = counted.get(name, 0) + count
+        for name, count in sorted(counted.items()):
+            events.add_metric([name], count)
+        yield events
 
 
 def _results_writer_metrics(writer: Any) -> Iterator[GaugeMetricFamily]:

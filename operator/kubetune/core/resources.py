@@ -43,7 +43,8 @@ class ResourceLedger:
         self._wakers: dict[str, Callable[[], None]] = {}   # experiment ("ns/exp/") -> wake its runner
         self._woken: str | None = None          # the owner last woken as first in line
         self._starting: set[str] = set()        # experiments that will ask soon (``starting``)
-        self.work = {"sorts": 0, "shape_checks": 0}   # what placement cost (tests count it, not time)
+        # what placement cost (tests count it, not time), and how room is handed over (kubetune.metrics)
+        self.work = dict.fromkeys(("sorts", "shape_checks", "grants", "wakes", "refused_full", "refused_turn"), 0)
 
     # ------------------------------------------------------------ capacity
 
@@ -135,6 +136,7 @@ class ResourceLedger:
             self._woken = owner
             wake = self._wakers.get(groups(owner)[1])
             if wake is not None:
+                self.work["wakes"] += 1
                 wake()
 
     def node_shapes(self) -> tuple[list[Resources], list[Resources] | None]:
@@ -204,17 +206,20 @@ class ResourceLedger:
             raise ValueError(f"{owner} already holds resources; release them first")
         if self._known and first_fit(bundles, self._node_free) is None:
             # it does not fit, whoever is ahead: no line needed (nearly every call on a full cluster)
+            self.work["refused_full"] += 1
             if self._line is not None:
                 self._wake_first()
             return False
         if not self._known or not (self.next_owner_allowed(owner, bundles, priority)
                                    or self._first_past_kept(owner, bundles, priority)):
+            self.work["refused_turn"] += self._known
             self._wake_first()     # joining the line may have put another first, which fits
             return False
         if self._kept_for_starting(owner) or not self._place(owner, bundles):
             return False
         self._waiting.pop(owner, None)
         self._line = None
+        self.work["grants"] += 1
         shapes = {entry.shape: entry.bundles for entry in self._waiting.values()}
         if any(first_fit(bundles, self._node_free) is not None for bundles in shapes.values()):
             self._wake_first()      # else nobody to wake: the line is rebuilt when next asked

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kubetune.bench import machine, report as bench_report
 from kubetune.bench.kube import KubeBench, Operator, RayHead
-from kubetune.bench.scale import apimetrics, checks, fairness, shapes
+from kubetune.bench.scale import apimetrics, checks, fairness, idle, shapes
 from kubetune.bench.scale.observe import FINAL_EXPERIMENT_PHASES, Observer
 from kubetune.bench.scale.procstat import ProcessWatch
 
@@ -78,6 +78,8 @@ class ScaleRun:
         observer = Observer(bench._api, log=self.log).start()
         before = apimetrics.parse(bench.metrics_text())
         out: dict[str, Any] = {}
+        self.idle = idle.Sampler(operator.metrics_port, self.settings.cpu,
+                                 int(self.settings.ray_cpus / self.settings.cpu + 1e-6))
         try:
             began = time.time()
             observer.apply(self.planned, runs_dir)
@@ -85,6 +87,8 @@ class ScaleRun:
                      f"in {time.time() - began:.1f} s")
             restart = self._wait(observer, operator, watches, began)
             ended = time.time()
+            self.idle.read(every_s=0.0)       # the ledger's last counters, before the operator stops
+            out["idle"] = self.idle.figures()
             after = self._settled(bench)
             out["operator"] = self._operator_figures(watches, idle_rss)
         finally:
@@ -139,11 +143,14 @@ class ScaleRun:
                 raise RuntimeError(f"the operator exited with {operator.process.returncode}:\n{operator.log_tail()}")
             done = observer.trials_finished(keys)
             if self.settings.restart and restart is None and done >= self.total_trials / 2:
+                self.idle.read(every_s=0.0)
+                self.idle.restarted()
                 restart = self._kill_and_restart(observer, operator, watches, done)
             if time.time() - last_note > 30:
                 last_note = time.time()
                 self.log(f"{time.time() - began:6.0f} s: {done}/{self.total_trials} trials finished, "
                          f"{observer.finished(keys)}/{len(keys)} Experiments")
+            self.idle.read()
             time.sleep(0.5)
         return restart
 

@@ -42,6 +42,13 @@ def rows(figures: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("slowest namespace's share of its fair share", _n(f.get("slowest_namespace_share"))),
             ("longest starvation: other trials completed while an Experiment waited",
              f"{_n(f.get('starvation_max_completions'))} ({f.get('starvation_worst')})")]
+    i = figures.get("idle")
+    if i:
+        events = ", ".join(f"{name} {n:,}" for name, n in i.get("ledger_events", {}).items())
+        out += [("slots free while trials were queued (slot-seconds; share of all capacity)",
+                 f"{_n(i.get('idle_slot_s_while_queued'), 1)} ({_n(i.get('idle_fraction_of_capacity'), 3)}) over "
+                 f"{_n(i.get('observed_s'), 0)} s observed"),
+                ("the ledger's counters (all operator processes)", events or "n/a")]
     r = t.get("restart")
     if r:
         out.append((f"restart (SIGKILL at {r['trials_finished_at_kill']:,} trials finished) → all "
