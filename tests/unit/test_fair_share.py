@@ -121,6 +121,19 @@ def test_priority_still_comes_first():
     assert ledger.try_acquire("b/high/t1", CPU, priority=5)   # even though b holds more than a
 
 
+def test_on_equal_shares_the_experiment_served_less_goes_before_the_earlier_arrival():
+    """Namespaces a and b hold one trial each; a's early Experiment asks for a second, b's
+    late one for its first: both would make their namespace hold two of three. The tie
+    went to the earlier arrival (issue 26: the last applied Experiments starved); now to
+    the Experiment that was granted fewer trials so far."""
+    ledger = _ledger(3)
+    assert ledger.try_acquire("a/early/t0", CPU) and ledger.try_acquire("b/other/t0", CPU)
+    ledger.set_waiting("a/early/t1", CPU)
+    ledger.set_waiting("b/late/t0", CPU)
+    assert not ledger.try_acquire("a/early/t1", CPU)
+    assert ledger.try_acquire("b/late/t0", CPU)
+
+
 def test_keys_depend_on_holdings_not_on_arrival():
     from kubetune.core.fair_share import Request
     total = Resources(cpu=4)

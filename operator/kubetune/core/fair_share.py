@@ -10,7 +10,11 @@ more, or earlier:
    share of the cluster (the largest fraction of any resource, as in DRF), divided by
    the namespace's weight (operator setting ``--namespace-weights``; default 1);
 3. inside a namespace, the same between its Experiments (equal weights);
-4. then arrival order.
+4. on equal shares, the Experiment then the namespace served fewer trials so far (the
+   ledger's grants): an early Experiment's second trial does not go before a late
+   one's first only because it arrived first (issue 26: the last applied waited
+   through hundreds of completions);
+5. then arrival order.
 
 This is the virtual finish time of weighted fair queueing: two namespaces that keep
 the queue full get capacity in the ratio of their weights, and a namespace that
@@ -27,7 +31,7 @@ from typing import Any, Collection, Iterable, Mapping
 from kubetune.spec.resources import Resources
 
 INF = float("inf")
-Key = tuple  # (-priority, namespace share, arrival order)
+Key = tuple  # (-priority, namespace share, served experiment, served namespace, arrival order)
 
 
 def groups(owner: str) -> tuple[str, str]:
@@ -100,6 +104,7 @@ class FairState:
     get its key without a rebuild (one Experiment queueing 1,000 trials: O(1) each)."""
     total: Resources
     weights: Mapping[str, float]
+    served: Mapping[str, int] = field(default_factory=dict)   # Experiment or namespace -> trials granted
     kinds: tuple[str, ...] = ()            # what the vectors count: every kind asked for or held
     total_vector: Vector = ()
     experiment_sum: dict[str, Vector] = field(default_factory=dict)   # held + waiting so far
@@ -115,14 +120,15 @@ class FairState:
 
 
 def fair_keys(waiting: Iterable[Request], held: Mapping[str, Resources], total: Resources,
-              weights: Mapping[str, float]) -> tuple[dict[str, Key], FairState]:
+              weights: Mapping[str, float], served: Mapping[str, int] | None = None) -> tuple[dict[str, Key], FairState]:
     """Each waiting owner's key (sort ascending to get the line), and the sums for appends.
-    ``held``: owner -> what it holds now."""
+    ``held``: owner -> what it holds now; ``served``: Experiment (``"ns/exp/"``) or
+    namespace -> the trials granted to it so far."""
     waiting = list(waiting)
     kinds = tuple(sorted(frozenset().union(*(r.kinds for r in waiting),
                                            *(amount.kinds() for amount in held.values()))))
     total_vector = tuple(round(total.amount(kind) * SCALE) for kind in kinds)
-    state = FairState(total, weights, kinds, total_vector)
+    state = FairState(total, weights, served or {}, kinds, total_vector)
     zero = state.zero()
     for owner, amount in held.items():
         namespace, experiment = groups(owner)
@@ -138,7 +144,7 @@ def fair_keys(waiting: Iterable[Request], held: Mapping[str, Resources], total: 
             demand = request.vector(kinds)
             total_so_far = _plus(state.experiment_sum.get(experiment, zero), demand)
             state.experiment_sum[experiment] = total_so_far
-            inner = (-request.priority, dominant(total_so_far, state.total_vector), request.order)
+            inner = _inner_key(state, request, total_so_far)
             by_namespace.setdefault(request.namespace, []).append((inner, request, demand))
     keys: dict[str, Key] = {}
     for namespace, entries in by_namespace.items():
@@ -157,7 +163,7 @@ def append_key(state: FairState, request: Request) -> Key | None:
     if demand is None:          # a kind the line has not seen: rebuild
         return None
     total_so_far = _plus(state.experiment_sum.get(experiment, state.zero()), demand)
-    inner = (-request.priority, dominant(total_so_far, state.total_vector), request.order)
+    inner = _inner_key(state, request, total_so_far)
     last = state.namespace_last.get(namespace)
     if last is not None and inner < last:
         return None
@@ -166,10 +172,18 @@ def append_key(state: FairState, request: Request) -> Key | None:
     return _namespace_key(state, namespace, request, demand)
 
 
+def _inner_key(state: FairState, request: Request, experiment_sum: Vector) -> tuple:
+    """Its order among its namespace's requests."""
+    return (-request.priority, dominant(experiment_sum, state.total_vector), state.served.get(request.experiment, 0),
+            request.order)
+
+
 def _namespace_key(state: FairState, namespace: str, request: Request, demand: Vector) -> Key:
     total_so_far = _plus(state.namespace_sum.get(namespace, state.zero()), demand)
     state.namespace_sum[namespace] = total_so_far
-    return (-request.priority, dominant(total_so_far, state.total_vector) / state.weight(namespace), request.order)
+    served = state.served
+    return (-request.priority, dominant(total_so_far, state.total_vector) / state.weight(namespace),
+            served.get(request.experiment, 0), served.get(namespace, 0), request.order)
 
 
 @dataclass
@@ -223,4 +237,4 @@ class Line:
 
 def unregistered_key(priority: int) -> Key:
     """Where an owner that never registered its wait stands: last of its priority."""
-    return (-priority, INF, INF)
+    return (-priority, INF, INF, INF, INF)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections import Counter
 from typing import Callable, Iterable
 
 from kubetune.core.feasibility import (first_fit, infeasibility, kind_order as _kind_order, short_kinds, total_of,
@@ -39,6 +40,7 @@ class ResourceLedger:
         self._node_free: list[Resources] = []     # per node: capacity minus what is held there
         self._waiting: dict[str, _Waiting] = {}
         self._arrivals = itertools.count()
+        self._served: Counter[str] = Counter()   # Experiment ("ns/exp/") and namespace -> grants (fair_share.py)
         self._line: Line | None = None         # the waiting queue's order and who blocks, until a change
         self._weights: dict[str, float] = {}    # namespace -> its weight in fair sharing (default 1)
         self._turns = Turns()                   # whose turn it is, and whose Experiment to wake
@@ -97,6 +99,7 @@ class ResourceLedger:
 
     def unwatch(self, experiment: str) -> None:
         self._turns.wakers.pop(experiment, None)
+        self._served.pop(experiment, None)     # it stopped (finished, deleted): nothing to tie-break
         self.started(experiment)
 
     def starting(self, experiment: str) -> None:
@@ -216,6 +219,7 @@ class ResourceLedger:
         self._waiting.pop(owner, None)
         self._line = None
         self.work["grants"] += 1
+        self._served.update(groups(owner))
         shapes = {entry.shape: entry.bundles for entry in self._waiting.values()}
         if any(first_fit(bundles, self._node_free) is not None for bundles in shapes.values()):
             self._wake_admitted()      # else nobody to wake: the line is rebuilt when next asked
@@ -281,7 +285,7 @@ class ResourceLedger:
             return self._line
         self.work["sorts"] += 1
         keys, fair = fair_keys((entry.request_of(owner) for owner, entry in self._waiting.items()),
-                               self._held_total, self._total, self._weights)
+                               self._held_total, self._total, self._weights, self._served)
         line = Line(queue=[], keys=[], fair=fair)
         for owner in sorted(keys, key=keys.__getitem__):
             self._extend(line, owner, self._waiting[owner], keys[owner])
