@@ -230,9 +230,10 @@ class Line:
     keys: list[tuple]
     fair: FairState
     key_of: dict[str, tuple] = field(default_factory=dict)
+    # [i]: a request ahead of place i fits now (one more entry than the queue: past its end)
+    fits_before: list[bool] = field(default_factory=lambda: [False])
+    first_short: dict[str, int] = field(default_factory=dict)   # kind -> first place short of it
     shorts: dict[tuple, frozenset[str]] = field(default_factory=dict)   # request shape -> short kinds
-    asked: set[str] = field(default_factory=set)     # every kind a request in it asks for
-    admission: Any = None     # who may start now (core/handover.py), made when first asked
 
 
 def unregistered_key(priority: int) -> Key:

@@ -18,7 +18,6 @@ from kubetune.core.feasibility import (first_fit, infeasibility, kind_order as _
                                       trial_bundles, waiting_for_growth, waiting_for_one_node, waiting_for_room)
 from kubetune.core.fair_share import (Line, Waiting as _Waiting, append_key, fair_keys, groups, kept_for_starting,
                                       unregistered_key)
-from kubetune.core.handover import Admission, Turns, admit, may_follow
 from kubetune.spec.resources import Resources
 
 __all__ = ["Resources", "ResourceLedger", "first_fit", "total_of", "trial_bundles"]
@@ -43,7 +42,8 @@ class ResourceLedger:
         self._served: Counter[str] = Counter()   # Experiment ("ns/exp/") and namespace -> grants (fair_share.py)
         self._line: Line | None = None         # the waiting queue's order and who blocks, until a change
         self._weights: dict[str, float] = {}    # namespace -> its weight in fair sharing (default 1)
-        self._turns = Turns()                   # whose turn it is, and whose Experiment to wake
+        self._wakers: dict[str, Callable[[], None]] = {}   # experiment ("ns/exp/") -> wake its runner
+        self._woken: str | None = None          # the owner last woken as first in line
         self._starting: set[str] = set()        # experiments that will ask soon (``starting``)
         # what placement cost (tests count it, not time), and how room is handed over (kubetune.metrics)
         self.work = dict.fromkeys(("sorts", "shape_checks", "grants", "wakes", "refused_full", "refused_turn"), 0)
@@ -67,23 +67,20 @@ class ResourceLedger:
         if not unplaced and self._known and (total, nodes, node_types, growth_known) == (
                 self._total, self._nodes, self._node_types, self._growth_known):
             # the same shape (every refresh, every 2 s) and every holding on a node: the line and
-            # placements stand; who may start is woken again in case one let its turn pass
-            self._turns.woken.clear()
-            self._wake_admitted()
+            # placements stand; the first in line is woken again in case it let its turn pass
+            self._woken = None
+            self._wake_first()
             return
-        self._total = total
-        self._nodes = nodes
-        self._node_types, self._growth_known = node_types, growth_known
-        self._known = True
-        self._line = None
+        self._total, self._nodes = total, nodes
+        self._node_types, self._growth_known, self._known, self._line = node_types, growth_known, True, None
         self._node_free = list(self._nodes)
         # Nodes come and go: re-place every holding on the new node list. A holding that no
         # longer fits anywhere stays counted (index -1) until its owner releases it.
         held, self._held, self._held_total, self._used = self._held, {}, {}, None
         for owner, placements in held.items():
             self._place(owner, [bundle for _, bundle in placements], force=True)
-        self._turns.woken.clear()
-        self._wake_admitted()
+        self._woken = None
+        self._wake_first()
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """Per-namespace weights of fair sharing (core/fair_share.py); absent: 1."""
@@ -92,52 +89,54 @@ class ResourceLedger:
             self._line = None
 
     def watch(self, experiment: str, wake: Callable[[], None]) -> None:
-        """Call ``wake`` when a request of ``experiment`` (``"ns/exp/"``) may start (it fits
-        beside those ahead of it: core/handover.py): its runner should take the room now,
-        not at its next cycle (the room is kept for it meanwhile)."""
-        self._turns.wakers[experiment] = wake
+        """Call ``wake`` when a request of ``experiment`` (``"ns/exp/"``) becomes first in
+        line and fits: its runner should take the room now, not at its next cycle
+        (everyone behind it waits for that)."""
+        self._wakers[experiment] = wake
 
     def unwatch(self, experiment: str) -> None:
-        self._turns.wakers.pop(experiment, None)
+        self._wakers.pop(experiment, None)
         self._served.pop(experiment, None)     # it stopped (finished, deleted): nothing to tie-break
         self.started(experiment)
 
     def starting(self, experiment: str) -> None:
         """``experiment`` is being built (restored) and will ask soon: until it is ``started``
-        (its first step asked for what it wants) or ``unwatch``es, Experiments that hold
-        some get no further trial (fair_share.kept_for_starting)."""
+        or ``unwatch``es, those that hold some get no further trial (fair_share.kept_for_starting)."""
         self._starting.add(experiment)
-        self._admission_changed()
 
     def started(self, experiment: str) -> None:
         if experiment in self._starting:
             self._starting.discard(experiment)
-            self._admission_changed()   # the room kept for it is free now: who may start changed
-            self._wake_admitted()
-
-    def _admission_changed(self) -> None:
-        if self._line is not None:
-            self._line.admission = None
+            self._woken = None          # the room kept for it is free now: the first in line may take it
+            self._wake_first()
 
     def _kept_for_starting(self, owner: str, holding: set[str] | None = None) -> bool:
         return bool(self._starting) and kept_for_starting(
             groups(owner)[1], self._starting, {groups(held)[1] for held in self._held} if holding is None else holding)
 
-    def _admission(self) -> Admission:
-        """Who may start now (core/handover.py): made once per change of the line."""
-        line = self._current_line()
-        if line.admission is None:
-            holding = {groups(held)[1] for held in self._held} if self._starting else set()
-            line.admission = admit(line.queue, self._node_free, line.asked, self._starting, holding,
-                                   given=self._turns.given, waiting=self._waiting)
-            self._turns.given = dict.fromkeys(line.admission.owners)
-        return line.admission
+    def _first_past_kept(self, owner: str, bundles: list[Resources], priority: int) -> bool:
+        """While Experiments start: the first trial of one that holds nothing is not held
+        up by the requests ahead of it that wait for the starters anyway."""
+        holding = {groups(held)[1] for held in self._held} if self._starting else set()
+        if not self._starting or groups(owner)[1] in holding:
+            return False
+        return all(self._kept_for_starting(other, holding) for other in self.blockers(owner, bundles, priority))
 
-    def _wake_admitted(self) -> None:
-        """Wake the Experiment of every waiting request that may start and was not told yet."""
-        if not self._turns.wakers or not self._waiting or not self._known:
+    def _wake_first(self) -> None:
+        """Wake the Experiment of the first waiting request that fits, if it changed."""
+        if not self._wakers or not self._waiting or not self._known:
             return
-        self.work["wakes"] += self._turns.wake(self._admission().owners)
+        line = self._current_line()
+        first = bisect.bisect_left(line.fits_before, True) - 1   # the first place whose request fits
+        if first < 0 or first >= len(line.queue):
+            return
+        owner = line.queue[first][0]
+        if owner != self._woken:
+            self._woken = owner
+            wake = self._wakers.get(groups(owner)[1])
+            if wake is not None:
+                self.work["wakes"] += 1
+                wake()
 
     def node_shapes(self) -> tuple[list[Resources], list[Resources] | None]:
         """The nodes there are now, and the shapes the autoscaler can add (None: it adds none)."""
@@ -194,8 +193,6 @@ class ResourceLedger:
     def _recompute(self, index: int) -> Resources:
         return self._nodes[index] - total_of(b for placed in self._held.values() for node, b in placed if node == index)
 
-    # ------------------------------------------------------------ holding
-
     def holds(self, owner: str) -> bool:
         return owner in self._held
 
@@ -208,11 +205,12 @@ class ResourceLedger:
             # it does not fit, whoever is ahead: no line needed (nearly every call on a full cluster)
             self.work["refused_full"] += 1
             if self._line is not None:
-                self._wake_admitted()
+                self._wake_first()
             return False
-        if not self._known or not self.next_owner_allowed(owner, bundles, priority):
+        if not self._known or not (self.next_owner_allowed(owner, bundles, priority)
+                                   or self._first_past_kept(owner, bundles, priority)):
             self.work["refused_turn"] += self._known
-            self._wake_admitted()     # joining the line may have let another start, which was not told
+            self._wake_first()     # joining the line may have put another first, which fits
             return False
         if self._kept_for_starting(owner) or not self._place(owner, bundles):
             return False
@@ -222,7 +220,7 @@ class ResourceLedger:
         self._served.update(groups(owner))
         shapes = {entry.shape: entry.bundles for entry in self._waiting.values()}
         if any(first_fit(bundles, self._node_free) is not None for bundles in shapes.values()):
-            self._wake_admitted()      # else nobody to wake: the line is rebuilt when next asked
+            self._wake_first()      # else nobody to wake: the line is rebuilt when next asked
         return True
 
     def adopt(self, owner: str, bundles: list[Resources]) -> None:
@@ -235,9 +233,7 @@ class ResourceLedger:
     def release(self, owner: str) -> None:
         self._unplace(owner)
         self.clear_waiting(owner)
-        self._wake_admitted()
-
-    # ------------------------------------------------------------ feasibility
+        self._wake_first()
 
     def feasibility(self, bundles: list[Resources]) -> str | None:
         """None if each bundle could ever be placed on some node (or autoscaler node type);
@@ -267,8 +263,9 @@ class ResourceLedger:
     def clear_waiting(self, owner: str) -> None:
         if self._waiting.pop(owner, None) is not None:
             self._line = None
-            if owner in self._turns.woken:    # it gave its turn up (suspended): the next may take it
-                self._wake_admitted()
+            if owner == self._woken:    # it gave its turn up (suspended): the next may take it
+                self._woken = None
+                self._wake_first()
 
     def is_waiting(self, owner: str) -> bool:
         return owner in self._waiting
@@ -297,11 +294,14 @@ class ResourceLedger:
         shape = entry.shape
         if shape not in line.shorts:
             line.shorts[shape] = frozenset(self._short_kinds(entry.bundles))
+        short = line.shorts[shape]
+        position = len(line.queue)
         line.queue.append((owner, entry))
         line.keys.append(key)
         line.key_of[owner] = key
-        line.asked |= entry.request_of(owner).kinds
-        line.admission = None
+        line.fits_before.append(line.fits_before[-1] or not short)
+        for kind in short:
+            line.first_short.setdefault(kind, position)
 
     def waiting_bundles(self) -> list[Resources]:
         """Every waiting bundle, first in line first."""
@@ -348,16 +348,15 @@ class ResourceLedger:
         return mine.bundles, self._current_line().key_of[owner]
 
     def next_owner_allowed(self, owner: str, bundles: list[Resources] | None = None, priority: int = 0) -> bool:
-        """Whether ``owner`` may start now beside everyone ahead of it (core/handover.py):
-        a waiting owner if the line's walk admitted it; one that never waited (last of its
-        priority) if it fits what those ahead left and none of them is short of its kinds."""
-        if owner in self._waiting:
-            return owner in self._admission().owners
+        """``not blockers(...)`` in O(log n): a binary search for the owner's place in line,
+        then what the requests ahead of it block (``_current_line``)."""
+        bundles, key = self._place_in_line(owner, bundles, priority)
         line = self._current_line()
-        position = bisect.bisect_left(line.keys, unregistered_key(priority))     # requests strictly ahead
-        holding = {groups(held)[1] for held in self._held} if self._starting else set()
-        return may_follow(admit(line.queue, self._node_free, line.asked, self._starting, holding, position,
-                                given=self._admission().owners, waiting=self._waiting), bundles or [])
+        position = bisect.bisect_left(line.keys, key)     # requests strictly ahead
+        if line.fits_before[position]:
+            return False
+        kinds = {k for b in bundles or [] for k in b.kinds()}
+        return all(line.first_short.get(kind, position) >= position for kind in kinds)
 
     def queue_reason(self, owner: str) -> str:
         """Why ``owner`` is not running yet, in words for the Trial and Experiment status:
