@@ -23,7 +23,8 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
     def controller(phase, **counts):
         return SimpleNamespace(written_status={"phase": phase, "trialCounts": {"created": 9, **counts}})
     ledger = SimpleNamespace(waiting_bundles=lambda: [Resources(cpu=1, gpu=2), Resources(cpu=1, gpu=2)],
-                             capacity_known=True, total=Resources(cpu=8, gpu=2), free=lambda: Resources(cpu=7.5))
+                             capacity_known=True, total=Resources(cpu=8, gpu=2), free=lambda: Resources(cpu=7.5),
+                             work={"grants": 5, "wakes": 4})
     state = SimpleNamespace(
         controllers={("a", "x"): controller("Running", running=2, queued=2, succeeded=1),
                      ("a", "y"): controller("Succeeded", succeeded=4, failed=1),
@@ -53,6 +54,9 @@ def test_gauges_follow_the_written_status_and_the_ledgers():
     assert got[("kubetune_cluster_capacity", (("address", "ray://h:10001"), ("resource", "GPU")))] == 2
     assert got[("kubetune_cluster_free", (("address", "ray://h:10001"), ("resource", "CPU")))] == 7.5
     assert got[("kubetune_cluster_free", (("address", "ray://h:10001"), ("resource", "GPU")))] == 0
+    # how the ledger hands room over (issue 26: grants against wakes and refusals)
+    assert got[("kubetune_ledger_events_total", (("event", "grants"),))] == 5
+    assert got[("kubetune_ledger_events_total", (("event", "wakes"),))] == 4
     # the results writer's buffer, bounded in bytes (AUDIT N5), and what it gave up
     assert got[("kubetune_results_pending_high_water_bytes", ())] == 4096
     assert got[("kubetune_results_pending_bytes", ())] == 300
