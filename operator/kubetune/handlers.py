@@ -99,12 +99,6 @@ async def connect_own_cluster(platforms: RayPlatforms) -> None:
         logging.getLogger(__name__).info("connected to Ray at %s", handle.address)
 
 
-def _event_poster(body):
-    def post(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message)
-    return post
-
-
 CLEANUP_RETRY_SECONDS = 3.0
 CLEANUP_BACKSTOP_SECONDS = 60.0
 
@@ -150,7 +144,7 @@ def register(chosen: OperatorSettings, registry: kopf.OperatorRegistry | None = 
                                 retention_s=chosen.results_retention_days * 86400.0)
         STATE = OperatorState(
             clusters,
-            store_factory=lambda namespace, name, body: KubeStore(namespace, name, _event_poster(body),
+            store_factory=lambda namespace, name, body: KubeStore(namespace, name,
                                                                  uid=body.get("metadata", {}).get("uid")),
             checkpoint_storage=chosen.checkpoint_storage, results=RESULTS, dashboard_url=chosen.dashboard_url)
         metrics.watch_state(lambda: STATE)

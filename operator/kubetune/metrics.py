@@ -49,6 +49,9 @@ STATUS_WRITE_FAILURES = Counter(
     ["resource", "reason"], registry=REGISTRY)
 EVENTS = Counter(
     "kubetune_events_total", "Kubernetes Events posted on Experiments", ["type", "reason"], registry=REGISTRY)
+EVENTS_DROPPED = Counter(
+    "kubetune_events_dropped_total", "Kubernetes Events dropped because too many waited to be posted "
+    "(k8s/events.py)", ["type", "reason"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter(
     "kubetune_reconcile_errors_total",
     "Reconcile cycles that ended in an error (the loop retries; reason: exception class or RayUnavailable)",
@@ -70,6 +73,10 @@ def status_write_failed(resource: str, reason: str) -> None:
 
 def event_posted(kind: str, reason: str) -> None:
     EVENTS.labels(kind, reason or "Unknown").inc()
+
+
+def event_dropped(kind: str, reason: str) -> None:
+    EVENTS_DROPPED.labels(kind, reason or "Unknown").inc()
 
 
 def results_processed(count: int) -> None:

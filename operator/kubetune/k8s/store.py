@@ -24,6 +24,7 @@ from kubetune import metrics
 from kubetune.k8s.errors import StaleTrial, WriteRefused
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text, json_safe, json_size
 from kubetune.k8s import rate_limit, trial_lists
+from kubetune.k8s.events import EventPoster, Involved
 from kubetune.k8s.request_gate import PROGRESS, RECORD, RequestGate
 from kubetune.k8s.client import EXPERIMENT_LABEL, EXPERIMENTS, GROUP, TRIALS, VERSION, custom_objects
 
@@ -50,6 +51,7 @@ _threads: ThreadPoolExecutor | None = None
 _threads_lock = threading.Lock()
 # one gate per event loop (a process may run several, one after another: tests, benchmarks)
 _gates: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RequestGate]" = weakref.WeakKeyDictionary()
+_posters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EventPoster]" = weakref.WeakKeyDictionary()
 
 
 def _api_threads() -> ThreadPoolExecutor:
@@ -58,6 +60,15 @@ def _api_threads() -> ThreadPoolExecutor:
         if _threads is None:
             _threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
         return _threads
+
+
+def _events() -> EventPoster:
+    """This event loop's Event poster, on the shared API client, through the gate."""
+    loop = asyncio.get_running_loop()
+    poster = _posters.get(loop)
+    if poster is None:
+        poster = _posters[loop] = EventPoster(_limited, custom_objects(connections=API_THREADS))
+    return poster
 
 
 def _gate() -> RequestGate:
@@ -112,8 +123,7 @@ def owned_by(body: Mapping[str, Any], uid: str | None) -> bool:
 
 
 class KubeStore:
-    def __init__(self, namespace: str, experiment: str,
-                 post_event: Callable[[str, str, str], None] | None = None, *, uid: str | None = None) -> None:
+    def __init__(self, namespace: str, experiment: str, *, uid: str | None = None) -> None:
         self.namespace = namespace
         self.experiment = experiment
         # Trials are matched by their owner's UID, not only by label: after a delete and a
@@ -121,7 +131,6 @@ class KubeStore:
         # Experiment's Trials linger until the garbage collector removes them
         self.uid = uid
         self._api = custom_objects(connections=API_THREADS)
-        self._post_event = post_event
         self.writes = 0
         self.bytes_written = 0
         self._waiting_for: set[str] = set()   # Trial names told to wait for an earlier Experiment's
@@ -258,27 +267,9 @@ class KubeStore:
                 raise refused(error) from error
 
     async def event(self, kind: str, reason: str, message: str) -> None:
-        if self._post_event is not None:
-            self._post_event(kind, cap_text(reason, 128), cap_text(message, MAX_MESSAGE_BYTES))
-            metrics.event_posted(kind, reason)
+        """An Event on the Experiment, queued (k8s/events.py): never waits, never raises."""
+        _events().post(Involved("Experiment", self.namespace, self.experiment, self.uid), kind, reason, message)
 
     async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
-        """An Event on one Trial (``kubectl describe trial``); a lost one is logged, not raised."""
-        def post() -> None:
-            import datetime
-
-            from kubernetes.client import CoreV1Api
-            body = self._api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, TRIALS, trial)
-            now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            CoreV1Api(self._api.api_client).create_namespaced_event(self.namespace, {
-                "metadata": {"generateName": f"{trial}.", "namespace": self.namespace},
-                "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trial", "name": trial,
-                                   "namespace": self.namespace, "uid": body["metadata"]["uid"]},
-                "type": kind, "reason": cap_text(reason, 128), "message": cap_text(message, MAX_MESSAGE_BYTES), "source": {"component": "kubetune"},
-                "reportingComponent": "kubetune", "firstTimestamp": now, "lastTimestamp": now, "count": 1})
-        try:
-            await rate_limit.acquire()     # two requests: a GET and the Event
-            await _limited(post)
-            metrics.event_posted(kind, reason)
-        except Exception as error:  # noqa: BLE001 - a lost warning must not stop the experiment
-            log.warning("cannot post %s on Trial %s: %s", reason, trial, error)
+        """An Event on one Trial (``kubectl describe trial``), queued as the Experiment's are."""
+        _events().post(Involved("Trial", self.namespace, trial), kind, reason, message)
