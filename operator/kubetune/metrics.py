@@ -48,7 +48,8 @@ STATUS_WRITE_FAILURES = Counter(
     "kubetune_status_write_failures_total", "Writes the API server refused (retried with backoff)",
     ["resource", "reason"], registry=REGISTRY)
 EVENTS = Counter(
-    "kubetune_events_total", "Kubernetes Events posted on Experiments", ["type", "reason"], registry=REGISTRY)
+    "kubetune_events_total", "Kubernetes Events posted on Experiments and Trials (a repeat counted on the "
+    "Event already posted is one more)", ["type", "reason"], registry=REGISTRY)
 EVENTS_DROPPED = Counter(
     "kubetune_events_dropped_total", "Kubernetes Events dropped because too many waited to be posted "
     "(k8s/events.py)", ["type", "reason"], registry=REGISTRY)

@@ -109,3 +109,28 @@ def test_messages_and_reasons_are_capped_before_queueing():
         assert len(sent.reason) <= 128 and len(sent.message.encode()) <= 1024
 
     asyncio.run(scenario())
+
+
+def test_a_repeat_is_never_posted_beside_its_first_post_as_a_second_event():
+    # two workers: while one posts an Event, the other must not post its repeat (a second
+    # Event object, or two PATCHes counting from the same count); it takes other Events
+    async def scenario():
+        sender, release = Sender(), asyncio.Event()
+        entered: list[str] = []
+
+        async def limited(call, *args):
+            entered.append(args[1].reason)
+            await release.wait()
+            return call(*args)
+        poster = EventPoster(limited, None, clock=lambda: 0.0, send=sender)
+        poster.post(EXPERIMENT, "Normal", "A", "m")
+        await until(lambda: entered == ["A"], "the first A in flight", 5.0)
+        poster.post(EXPERIMENT, "Normal", "A", "m")      # its repeat waits for it
+        poster.post(EXPERIMENT, "Normal", "B", "m")      # a second worker takes B instead
+        await until(lambda: entered == ["A", "B"], "B in flight beside A", 5.0)
+        release.set()
+        await until(lambda: len(sender.sent) == 3 and not poster._workers, "all posted", 5.0)
+        a_posts = [(count, previous) for sent, count, previous in sender.sent if sent.reason == "A"]
+        assert a_posts == [(1, None), (1, f"{EXPERIMENT.name}.1")]   # one Event object, counted twice
+
+    asyncio.run(scenario())

@@ -16,7 +16,8 @@ creates. Here, as client-go's event recorder does:
 - they go at the gate's RECORD priority, behind what gets Experiments going.
 
 ``EventQueue`` is the pure bookkeeping; ``EventPoster`` runs it on an event loop, with
-a worker that exists only while Events wait (nothing is left running when the loop ends).
+workers that exist only while Events wait. Events still waiting when the operator stops
+are lost, as kopf's and client-go's are: the state they tell of is in the status.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import asyncio
 import collections
 import datetime
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -32,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubetune import metrics
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text
+from kubetune.k8s import rate_limit
 from kubetune.k8s.client import EXPERIMENTS, GROUP, TRIALS, VERSION
 
 log = logging.getLogger(__name__)
@@ -45,11 +48,14 @@ TIMEOUT_S = 30            # a hung connection is a lost Event, not a gate place 
 
 @dataclass(frozen=True)
 class Involved:
-    """The object an Event is about. ``uid`` None: read when posting (a Trial's)."""
+    """The object an Event is about. ``uid`` None: read when posting (a Trial's).
+    ``owner``: the uid of its Experiment, so that a repeat is never counted on the Event
+    of a deleted Trial of the same name (an Experiment deleted and created again)."""
     kind: str          # "Experiment" or "Trial"
     namespace: str
     name: str
     uid: str | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class EventQueue:
         self.limit, self.recent, self.window_s = limit, recent, window_s
         self._pending: collections.OrderedDict[EventKey, Occurrences] = collections.OrderedDict()
         self._posted: collections.OrderedDict[EventKey, Posted] = collections.OrderedDict()
+        self._in_flight: set[EventKey] = set()
         self.dropped = 0
 
     def __len__(self) -> int:
@@ -102,8 +109,16 @@ class EventQueue:
         return True
 
     def take(self) -> tuple[EventKey, Occurrences] | None:
-        """The Event waiting longest, taken off the queue."""
-        return self._pending.popitem(last=False) if self._pending else None
+        """The Event waiting longest whose like is not being posted (so that two workers
+        never post or count the same Event at once), taken off the queue until ``done``."""
+        for key in self._pending:
+            if key not in self._in_flight:
+                self._in_flight.add(key)
+                return key, self._pending.pop(key)
+        return None
+
+    def done(self, key: EventKey) -> None:
+        self._in_flight.discard(key)
 
     def previous(self, key: EventKey, now: float) -> Posted | None:
         """The same Event posted within the window (to count on), if any."""
@@ -168,7 +183,7 @@ class EventPoster:
         self._api = custom_api
         self._send = send
         self.queue = queue or EventQueue()
-        self._clock = clock or asyncio.get_running_loop().time
+        self._clock = clock or time.monotonic    # not the loop's: posters are kept per loop, weakly
         self._workers: set[asyncio.Task] = set()
 
     def post(self, involved: Involved, kind: str, reason: str, message: str) -> None:
@@ -196,11 +211,15 @@ class EventPoster:
             key, seen = taken
             previous = self.queue.previous(key, self._clock())
             try:
+                if previous is None and key.involved.uid is None:
+                    await rate_limit.acquire()     # two requests: a GET for the uid, then the Event
                 name, count, first = await self._limited(self._send, self._api, key, seen, previous)
             except Exception as error:  # noqa: BLE001 - a lost Event must not stop anything
                 self.queue.forget(key)
                 log.warning("cannot post Event %s on %s %s/%s: %s", key.reason, key.involved.kind,
                             key.involved.namespace, key.involved.name, error)
                 continue
+            finally:
+                self.queue.done(key)
             self.queue.record(key, Posted(name, count, first, self._clock()))
             metrics.event_posted(key.type, key.reason)

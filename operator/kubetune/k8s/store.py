@@ -272,4 +272,4 @@ class KubeStore:
 
     async def trial_event(self, trial: str, kind: str, reason: str, message: str) -> None:
         """An Event on one Trial (``kubectl describe trial``), queued as the Experiment's are."""
-        _events().post(Involved("Trial", self.namespace, trial), kind, reason, message)
+        _events().post(Involved("Trial", self.namespace, trial, owner=self.uid), kind, reason, message)
