@@ -12,6 +12,7 @@ from kubetune.k8s import store as kube_store
 from kubetune.k8s.client import EXPERIMENT_LABEL, GROUP, TRIALS, VERSION
 
 from kube_fixtures import wait_for
+from waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +35,7 @@ def test_trial_events_are_posted_once_and_counted_on_repeat(kube_cluster, namesp
             await store.trial_event("noisy-0", "Warning", reason, "a result was refused: too large")
         # the poster runs on this loop: keep it alive until it has nothing left to post
         poster = kube_store._events()
-        deadline = asyncio.get_running_loop().time() + 60
-        while poster.queue or poster._workers:
-            assert asyncio.get_running_loop().time() < deadline, "the Events were never posted"
-            await asyncio.sleep(0.05)
+        await until(lambda: not (poster.queue or poster._workers), "the Events posted")
 
     async def first_then_repeat() -> None:
         await post(3)

@@ -229,6 +229,11 @@ def test_a_flood_of_bogus_posts_does_not_hold_back_another_experiments_results(p
             threads.append(operator_threads(operator))
             during.append(flood.sent - before)
             assert flood.process.poll() is None, "the flood ended before the result was recorded"
+        # still answered after the last result was recorded: the flood was live across every
+        # result's path (per result it may count 0: the flood's count moves 10 at a time, and
+        # a result recorded quickly can fall between two of its writes)
+        last = flood.sent
+        wait_for(lambda: flood.sent > last, timeout=60, interval=0.05, message="the flood still answered")
         sent = flood.sent
     lookups_after = token_lookups(core)
     lookups = {k: lookups_after[k] - lookups_before.get(k, 0.0) for k in lookups_after
@@ -237,8 +242,8 @@ def test_a_flood_of_bogus_posts_does_not_hold_back_another_experiments_results(p
           f"and until it was on its Trial {during}; operator threads {threads_before} -> {threads}; "
           f"token lookups through the API meanwhile {lookups}")
     assert sent >= 200, "the flood hardly ran"
-    # the flood ran through each result's whole path: every one was recorded under the flood
-    assert all(n > 0 for n in during), during
+    # the flood was answered while the results were being recorded, not only before or after
+    assert sum(during) > 0, during
     # no real POST queued behind the flood (a refusal and retry, or a server serving the flood first)
     assert max(turns) <= FAIR_TURN, turns
     # bogus POSTs take no thread of the operator (one per connection would add ~FLOOD_CONCURRENCY)

@@ -18,7 +18,7 @@ from kubetune.executors.base import ClusterResources, NodeResources
 from kubetune.executors.ray.errors import RayUnavailableError
 from kubetune.executors.ray.autoscaler import node_type_shapes
 from ray_fakes import FakeRayConnection
-from unit_helpers import until
+from waiting import until
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = Resources(cpu=2, gpu=1)

@@ -13,7 +13,7 @@ import pytest
 from kubetune.executors.ray.platform import RayPlatforms
 from kubetune.handlers import connect_own_cluster
 from ray_fakes import FakeRayConnection
-from unit_helpers import until
+from waiting import until
 
 OWN = "ray://head:10001"
 DEADLINE = 60.0     # seconds: only ever reached when the code under test is wrong (unit_helpers.until's)

@@ -8,7 +8,7 @@ import datetime
 
 from kubetune.k8s.events import EventKey, EventPoster, EventQueue, Involved, Posted
 
-from unit_helpers import until
+from waiting import until
 
 EXPERIMENT = Involved("Experiment", "team-a", "exp", "uid-1")
 AT = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)

@@ -1,7 +1,6 @@
 """Builders shared by the unit tests (imported by name: pytest puts tests/unit on sys.path)."""
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import time
@@ -78,16 +77,6 @@ def wait_for(condition, timeout: float = 10.0):
             return value
         time.sleep(0.005)
     raise AssertionError("condition not met before the deadline")
-
-
-async def until(condition, what: str = "the condition", deadline: float = 60.0) -> None:
-    """``wait_for`` on an event loop: yield to the loop's other tasks (and the threads of
-    the fakes) until ``condition()``, failing once ``deadline`` seconds have passed."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not condition():
-        assert loop.time() < end, f"never happened: {what}"
-        await asyncio.sleep(0.01)
 
 
 def controller_with_runner(store, clock: list[float], **budget: Any):
