@@ -17,13 +17,20 @@ FROM ${PYTHON_IMAGE} AS build
 ARG RAY_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-# the dependencies with native code (ray, scipy, cryptography, grpcio...) ship manylinux
-# wheels for CPython 3.11, so no compiler is installed in any stage
-RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+# the dependencies first, from pyproject.toml alone, in a layer of their own: a change to
+# the code alone rebuilds from `COPY operator/` on, not the ~1 GB of Ray and the rest.
+# They ship manylinux wheels for CPython 3.11 (ray, scipy, cryptography, grpcio...), so no
+# compiler is installed in any stage.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+      > /src/requirements.txt \
  && python -m venv /opt/kubetune \
- && /opt/kubetune/bin/pip install /dist/kubetune-*.whl "ray[default]==${RAY_VERSION}" \
+ && /opt/kubetune/bin/pip install -r /src/requirements.txt "ray[default]==${RAY_VERSION}"
+COPY README.md ./
+COPY operator/ operator/
+RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+ && /opt/kubetune/bin/pip install --no-deps /dist/kubetune-*.whl \
+ && /opt/kubetune/bin/pip check \
  && /opt/kubetune/bin/pip uninstall --yes pip setuptools wheel \
  && find /opt/kubetune -name '__pycache__' -prune -exec rm -rf {} +
 
@@ -32,8 +39,10 @@ RUN python -m pip wheel --no-deps --wheel-dir /dist . \
 # kubetune.trainable); not part of the default build.
 FROM ${RAY_IMAGE} AS raycluster
 ARG RAY_VERSION
+COPY --from=build /src/requirements.txt /tmp/requirements.txt
+RUN pip install --no-cache-dir -r /tmp/requirements.txt "ray[default]==${RAY_VERSION}"
 COPY --from=build /dist/ /tmp/dist/
-RUN pip install --no-cache-dir /tmp/dist/kubetune-*.whl "ray[default]==${RAY_VERSION}" && rm -rf /tmp/dist
+RUN pip install --no-cache-dir --no-deps /tmp/dist/kubetune-*.whl && rm -rf /tmp/dist
 
 # ---------------------------------------------------------------- the operator (final)
 FROM ${PYTHON_IMAGE}

@@ -91,3 +91,20 @@ def test_image_keys_follow_content(tmp_path):
     assert ray.key != images.ray_image(images.Image("python:3.11-slim", "k2", lambda *_: None)).key
     assert [parent.name for parent in ray.parents] == ["python:3.11-slim",
                                                        f"kubetune-ray-base:{images.dockerfile_arg('RAY_VERSION')}-py311"]
+
+
+def test_a_replaced_build_leaves_buildahs_storage_with_its_archive(tmp_path):
+    """A new key per code change: the old image goes from storage when its archive goes,
+    and only that family's image of that key (not another family's, not the new one)."""
+    builder = images.Builder(tmp_path)
+    calls: list[tuple[str, ...]] = []
+
+    def buildah(*args: str, **_) -> str:
+        calls.append(args)
+        if args[0] == "images":
+            return "\n".join(["localhost/kubetune:dev-old1", "localhost/kubetune:dev-new2",
+                              "localhost/kubetune-ray:dev-old1", "localhost/python:3.11-slim"])
+        return ""
+    builder.buildah = buildah
+    builder._remove_images("kubetune", "old1")
+    assert [c for c in calls if c[0] == "rmi"] == [("rmi", "--force", "localhost/kubetune:dev-old1")]

@@ -142,11 +142,25 @@ class Builder:
             self._add_tags(tmp, image.tags)
         os.replace(tmp, archive)
         for stale in self.archives.glob(f"{image.family}-*.tar"):
-            if stale != archive and stale.stem.rsplit("-", 1)[0] == image.family:
+            family, key = stale.stem.rsplit("-", 1)
+            if stale != archive and family == image.family:
                 stale.unlink()
+                self._remove_images(family, key)
         self.buildah("rmi", "--prune")    # the layers of replaced builds
         self.log(f"images: built {image.name} in {time.monotonic() - started:.0f}s")
         return archive
+
+    def _remove_images(self, family: str, key: str) -> None:
+        """Drop a replaced build of ``family`` (tagged ``...<key>``) from buildah's storage:
+        a new key per change of the code would otherwise keep every old image there."""
+        try:    # best effort: a build of another family may change the list meanwhile
+            listed = self.buildah("images", "--format", "{{.Name}}:{{.Tag}}")
+            for name in listed.splitlines():
+                repository, _, tag = name.rpartition(":")
+                if repository.rsplit("/", 1)[-1] == family and tag.endswith(key):
+                    self.buildah("rmi", "--force", name)
+        except ImageError as error:
+            self.log(f"images: {family} {key} left in storage: {error}")
 
     @staticmethod
     def local(image: Image) -> str:
