@@ -5,6 +5,7 @@ integration tests run the real one against Ray's fake autoscaler)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,46 @@ def test_callers_during_the_first_node_types_read_share_it(monkeypatch):
     for caller in callers:
         caller.join(30)
     assert answers == [[Resources(cpu=4, gpu=1)]] * 3 and len(reads) == 1
+
+
+def test_a_cluster_that_cannot_grow_is_asked_nothing():
+    # request_resources was sent at every change of demand to a fixed-size cluster too: a
+    # Ray call under the platform's lock that 200 Experiments' cycles waited behind (issue 26)
+    async def scenario():
+        clock, executor = Clock(), ScriptedExecutor([{"CPU": 2}])
+        executor.node_types = lambda: None          # a cluster without an autoscaler
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()
+        ledger = handle.ledger
+        assert ledger.growth_known and not ledger.autoscaling
+        assert ledger.try_acquire("ns/e/t0", [Resources(cpu=2)])
+        ledger.set_waiting("ns/e/t1", [Resources(cpu=1)])
+        clock.now += 5
+        await handle.refresh_capacity()
+        assert await handle.sync_autoscaler_request()
+        assert executor.requests == []
+    asyncio.run(scenario())
+
+
+def test_one_capacity_refresh_in_flight_and_the_other_cycles_do_not_wait_for_it():
+    async def scenario():
+        clock, executor = Clock(), ScriptedExecutor([{"CPU": 2}])
+        handle = RayPlatform("10.0.0.1:6379", lambda address: executor, clock=clock)
+        assert await handle.ensure_connected()
+        reads, answer = [], threading.Event()
+        read = executor.cluster_resources
+
+        def slow_read():
+            reads.append(1)
+            answer.wait(30)
+            return read()
+        executor.cluster_resources = slow_read
+        clock.now += 5
+        first = asyncio.create_task(handle.refresh_capacity())
+        await until(lambda: reads, "the first refresh reads the cluster")
+        await asyncio.wait_for(handle.refresh_capacity(), 10)     # another cycle: it does not wait
+        assert len(reads) == 1 and not first.done()
+        answer.set()
+        await first
+        assert len(reads) == 1
+    asyncio.run(scenario())

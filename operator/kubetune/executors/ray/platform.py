@@ -223,8 +223,8 @@ class RayPlatform(ExecutorPlatform):
         await self.sync_autoscaler_request()
 
     async def refresh_capacity(self) -> None:
-        if self._clock() - self._capacity_at < CAPACITY_REFRESH_SECONDS:
-            return      # fresh: no wait for the lock (held across another refresh's Ray calls)
+        if self._clock() - self._capacity_at < CAPACITY_REFRESH_SECONDS or self._lock.locked():
+            return      # fresh, or one refresh in flight (Ray calls): 200 cycles waited for each (issue 26)
         async with self._lock:
             await self._refresh_capacity_locked(force=False)
 
@@ -259,14 +259,14 @@ class RayPlatform(ExecutorPlatform):
     async def _sync_autoscaler_request(self) -> None:
         """Tell the autoscaler about queued demand over all Experiments on this cluster
         (each request replaces the previous one); withdraw it when nothing waits."""
-        if not self.ledger.growth_known:
-            # node types not read yet (growth.py): a request now could ask for what no node
-            # type offers, which would fail Infeasible moments later; it goes once they are
+        if not self.ledger.growth_known or not (self.ledger.autoscaling or self._requested):
+            # node types not read yet (growth.py): a request now could ask for what no node type
+            # offers (Infeasible moments later). A cluster that cannot grow is asked nothing
             return
-        waiting = self.ledger.waiting_bundles()
+        grow = self.ledger.autoscaling and self.ledger.waiting_bundles()
         # request_resources sizes the cluster for the whole list, so it names what is held
         # as well as what waits (and changes when either does); an empty list withdraws it
-        bundles = [bundle.to_ray() for bundle in self.ledger.autoscaler_request()] if waiting else []
+        bundles = [bundle.to_ray() for bundle in self.ledger.autoscaler_request()] if grow else []
         if bundles == self._requested:
             return
         await self.in_thread(self.executor.request_resources, bundles)
