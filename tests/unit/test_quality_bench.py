@@ -7,11 +7,12 @@ import pytest
 
 from kubetune.bench.quality import __main__ as bench
 from kubetune.bench.quality.methods import RS, RS2
-from kubetune.bench.quality.problems import BB, MF, MO, Problem, catalogue
+from kubetune.bench.quality.problems import BB, MF, MO, MO_EVALUATIONS, Problem, catalogue
 from kubetune.bench.quality.scoring import FRACTIONS, budget_to_reach, budget_to_reach_ci, iqm, regret_curve, summarise
-from kubetune.bench.quality.timeline import Trace, run_ask_tell, run_kubetune
+from kubetune.bench.quality.timeline import Trace, kubetune_spec, run_ask_tell, run_kubetune
 from kubetune.bench.quality.peers import OptunaPeer, RandomPeer
 from kubetune.core.samplers import missing_packages
+from kubetune.spec import parse_experiment
 
 
 def _line(slow_width: int = 0) -> Problem:
@@ -110,6 +111,16 @@ def test_every_problem_scores_its_best_at_zero_regret():
         else:
             assert problem.regret(problem.best) == 0.0 and problem.regret(problem.worst) == 1.0
         assert math.isfinite(problem.budget) and problem.budget > 0
+
+
+def test_auto_sees_the_trials_a_multi_objective_budget_affords():
+    """The MO suite's budget is 300 evaluations; told maxTrials 2,000, search.algorithm auto
+    chose NSGA-II, which MO-TPE beat at that budget on DTLZ2 (0.2498 against 0.3484, 30 seeds)."""
+    zdt1, = [build() for name, build in catalogue(quick=True)[0] if name == "zdt1-6d"]
+    spec = parse_experiment(kubetune_spec(zdt1, "auto", "fifo", seed=0, workers=8))
+    assert spec.budget.max_trials == MO_EVALUATIONS and spec.search.algorithm == "tpe"
+    # and maxTrials never ends a run before the clock does
+    assert sum(run_kubetune(zdt1, "random", "fifo", seed=0).final) < MO_EVALUATIONS
 
 
 def test_quick_run_meets_every_target(tmp_path):

@@ -217,4 +217,7 @@ def test_search_algorithm_auto_resolves_to_a_sampler_and_says_why():
     two = {**base, "objective": None, "objectives": [{"metric": "a", "mode": "min"}, {"metric": "b", "mode": "min"}]}
     assert parse_experiment({**two, "budget": {"maxTrials": 500}}).search.algorithm == "nsgaii"
     assert parse_experiment({**two, "budget": {"maxTrials": 50}}).search.algorithm == "tpe"
+    # 300 trials, the benchmark's multi-objective budget: MO-TPE beat NSGA-II there on DTLZ2
+    small = parse_experiment({**two, "budget": {"maxTrials": 300}}).search
+    assert small.algorithm == "tpe" and small.auto.startswith("tpe (multi-objective): 2 objectives and 300 trials")
     assert parse_experiment({**base, "search": {"algorithm": "tpe"}}).search.auto == ""

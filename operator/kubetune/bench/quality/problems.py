@@ -46,6 +46,9 @@ class Problem:
     # The noise-free value of a result, where the benchmark records several seeds: the
     # search sees one seed's value, the regret is scored on the mean (None: the value).
     truth: Callable[[Params, int], Mapping[str, float]] | None = None
+    # Where every trial costs the same, the trials the budget affords: what a user would set
+    # as maxTrials, and what search.algorithm auto chooses by (None: the clock alone ends a run)
+    trials: int | None = None
 
     @property
     def objective(self) -> str:
@@ -274,6 +277,7 @@ def _pymoo(name: str, n_var: int, n_obj: int = 2) -> Problem:
     best_hv = float(HV(ref_point=np.array(reference))(np.asarray(front)))
     return Problem(name=f"{name}-{n_var}d", suite=MO, space=space, metrics=tuple((n, "min") for n in names),
                    max_iterations=1, evaluate=evaluate, cost=lambda p, i: 1.0, budget=MO_EVALUATIONS / 8,
+                   trials=MO_EVALUATIONS,
                    best=best_hv, worst=0.0, reference=reference, front=[tuple(map(float, f)) for f in front])
 
 

@@ -88,9 +88,10 @@ def kubetune_spec(problem: Problem, algorithm: str, scheduler: str, seed: int, w
         "scheduler": {"type": scheduler, "maxIterations": problem.max_iterations,
                       **({"gracePeriod": problem.grace_period, "reductionFactor": 3}
                          if scheduler in ("asha", "hyperband") else {})},
-        # the simulated budget ends the run; maxTrials only has to stay out of its way (and
-        # at 2,000, search.algorithm auto sees the size of search it is: TPE, or NSGA-II)
-        "budget": {"maxTrials": MAX_TRIALS, "parallelism": workers},
+        # the trials the budget affords, where the problem says (search.algorithm auto chooses
+        # by it: at 2,000 it took NSGA-II for 300 multi-objective evaluations); elsewhere the
+        # simulated budget ends the run and maxTrials only has to stay out of its way
+        "budget": {"maxTrials": problem.trials or MAX_TRIALS, "parallelism": workers},
         "trial": {"entrypoint": "bench.quality:train"},
     }
 
