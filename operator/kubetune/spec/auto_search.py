@@ -5,9 +5,10 @@ quality") and Optuna's own sampler guidance:
 - several objectives: multi-objective TPE, and NSGA-II only for large budgets. Optuna's
   AutoSampler (OptunaHub) runs TPE or GP for the first 250 complete trials and NSGA-II after;
   ``auto`` chooses one sampler for the whole Experiment, so NSGA-II only once most of the
-  trials would be NSGA-II's there (500). At 300 trials the benchmark's MO-TPE beat NSGA-II on
-  DTLZ2 and ZDT2 beyond the CIs and trailed it on ZDT3, with a lower mean over ZDT1-3 and
-  DTLZ2 (BENCHMARKS.md, Search quality, session 14);
+  trials would be NSGA-II's there (500). At 300 trials (30 seeds) MO-TPE missed less of the
+  front's hypervolume than NSGA-II on DTLZ2 (0.25 against 0.35) and ZDT2 (0.13, 0.16) beyond
+  the CIs, more on ZDT3 (0.15, 0.10), the same on ZDT1 within them: it loses less where it
+  loses (BENCHMARKS.md, Search quality, session 14);
 - very large budgets: random search, since TPE's cost per suggestion grows with the
   number of trials (quadratic in all) while its edge over random search shrinks;
 - under ASHA, random search: on the benchmark's multi-fidelity problems TPE under ASHA
