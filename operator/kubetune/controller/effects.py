@@ -6,7 +6,8 @@ the same Trial; a launch attaches to a run that exists; a stop of a stopped run 
 nothing), so one that fails stays queued and is retried with backoff until it holds,
 and the effects after it are not lost.  A trial's effects hold in order (its launch
 waits for its Trial to exist).  No launch goes out while a run the runner stopped or
-paused may still hold its slot (runs.py)."""
+paused may still hold its slot (runs.py).  A launch the platform defers
+(``LaunchDeferred``) is no failure: it stays queued, its trial shown Queued."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,7 @@ from kubetune.controller.runs import RunReconciler
 from kubetune.controller.status_writer import StatusWriter
 from kubetune.controller.write_failures import SURFACE_AFTER, backoff
 from kubetune.core.types import CreateTrial, FinishExperiment, LaunchTrial, PauseTrial, StopTrial, TrialPhase
-from kubetune.executors.base import LaunchRequest
+from kubetune.executors.base import LaunchDeferred, LaunchRequest
 from kubetune.k8s.errors import StaleTrial
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class EffectQueue:
             if not held_back:
                 try:
                     await self._carry_out(effect.decision)
+                except LaunchDeferred as deferred:   # not a failure: tried again, nothing surfaced
+                    effect.failed(deferred, now)
+                    log.info("%s/%s: launch of %s deferred: %s", ctx.namespace, ctx.name, name, deferred)
                 except Exception as error:  # noqa: BLE001 - retried; see the module's docstring
                     if ctx.platform_fault(error):
                         ctx.platform.mark_unavailable(error)
@@ -175,6 +179,9 @@ class EffectQueue:
             await self.status.persist_trial(decision.name)
         try:
             await ctx.platform.start(request)
+        except LaunchDeferred as deferred:     # the trial waits, Queued, and its launch stays queued
+            self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred))
+            raise
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours
             cluster_fault = ctx.platform_fault(error)
             if cluster_fault:

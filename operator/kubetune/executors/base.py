@@ -33,6 +33,13 @@ class PlatformUnavailableError(ExecutorError):
         return type(self), (self.address, self.cause)
 
 
+class LaunchDeferred(ExecutorError):
+    """The trial cannot be launched yet, and may be later: e.g. an actor of its Experiment
+    has not said yet whether it hosts this trial already (a restarted operator's, still
+    starting).  Neither the trial's fault nor the platform's: the launch stays queued and
+    is tried again (controller/effects.py), the trial shown Queued with this message."""
+
+
 class TrialState(str, enum.Enum):
     RUNNING = "running"        # started or starting; more results may come
     COMPLETED = "completed"    # the function returned; every result was delivered

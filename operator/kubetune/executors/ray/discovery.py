@@ -53,6 +53,7 @@ def is_experiment_prefix(prefix: str) -> bool:
 class _Discovery:
     at: float = 0.0
     probing: dict[str, tuple[Any, Call]] = field(default_factory=dict)   # name -> (handle, describe call)
+    asked_at: dict[str, float] = field(default_factory=dict)   # name -> when first asked (monotonic)
 
 
 class ActorDiscovery:
@@ -97,10 +98,23 @@ class ActorDiscovery:
         if not known:
             self.discover(prefix, wait_s=self.first_wait_s)
 
-    def unanswered(self, prefix: str) -> bool:
-        """Has an actor under ``prefix`` (discovered already) not said yet what it hosts?"""
+    def silent(self, prefix: str) -> dict[str, float]:
+        """The actors under ``prefix`` that have not said yet what they host, with how
+        long ago they were first asked (seconds)."""
+        now = time.monotonic()
         with self._lock:
-            return bool(self._discovered[prefix].probing)
+            seen = self._discovered.get(prefix)
+            return {} if seen is None else {name: now - seen.asked_at.get(name, now) for name in seen.probing}
+
+    def end_silent(self, prefix: str, names: list[str]) -> None:
+        """Kill actors that never answered: whatever they host must not run beside a new run."""
+        with self._lock:
+            seen = self._discovered.get(prefix)
+            ended = [] if seen is None else [(name, seen.probing.pop(name)) for name in names if name in seen.probing]
+            for name, _ in ended:
+                seen.asked_at.pop(name, None)
+        for name, (handle, pending) in ended:    # Ray calls, outside the lock
+            self._pool.kill(Worker(name, handle, TrialResources(), namespace=pending.namespace))
 
     def find_unknown(self, keys: list[str]) -> None:
         """Look for actors hosting trials we do not know (after a restart)."""
@@ -133,6 +147,7 @@ class ActorDiscovery:
         with self._lock:
             for name, probe in asked.items():
                 seen.probing.setdefault(name, probe)    # another thread may have asked it meanwhile
+                seen.asked_at.setdefault(name, seen.at)
             probing = dict(seen.probing)
         if not probing:
             return
@@ -142,6 +157,7 @@ class ActorDiscovery:
                 continue
             with self._lock:
                 seen.probing.pop(name, None)
+                seen.asked_at.pop(name, None)
             try:
                 answer = checked.description(read(pending))
                 worker = self._worker(name, handle, prefix, answer)

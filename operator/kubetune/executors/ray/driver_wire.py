@@ -10,7 +10,8 @@ checking each field with the bounds a trial actor's own answers have (checked.py
 that an answer is about the trials it was asked about (a poll's keys, a stop's key).
 Whatever fails a check is a ``WireError``; the operator then ends that driver process.
 An error the child raised crosses as its type's name and message only: "unavailable"
-(the cluster cannot be reached) or not, nothing else.
+(the cluster cannot be reached), a launch deferred (``LaunchDeferred``), or neither,
+nothing else.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import json
 import math
 from typing import Any, Callable, Mapping
 
-from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchInfo, NodeResources,
+from kubetune.executors.base import (ClusterResources, ExecutorError, LaunchDeferred, LaunchInfo, NodeResources,
                                      PlatformUnavailableError, TrialState, TrialUpdate)
 from kubetune.executors.ray import checked
 from kubetune.executors.ray.answers import AnswerError
@@ -104,6 +105,8 @@ def decode_error(value: Any, address: str) -> BaseException:
     message = _text(value.get("message"), "message", MAX_TEXT)
     if _bool(value.get("unavailable"), "unavailable"):
         return RayUnavailableError(address, _text(value.get("cause"), "cause", MAX_TEXT) or message)
+    if name == LaunchDeferred.__name__:    # not a failure: the launch is tried again
+        return LaunchDeferred(message)
     return ExecutorError(f"{name}: {message}")
 
 

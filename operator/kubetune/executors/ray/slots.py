@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kubetune.executors.base import LaunchInfo, LaunchRequest, TrialState, TrialUpdate
+from kubetune.executors.base import LaunchDeferred, LaunchInfo, LaunchRequest, TrialState, TrialUpdate
 from kubetune.executors.ray import checked
 from kubetune.executors.ray.answers import AnswerError, Call, call, read, ready
 from kubetune.executors.ray.pool import Worker, WorkerPool, actor_name, experiment_prefix
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from kubetune.executors.ray.discovery import ActorDiscovery
 
 log = logging.getLogger(__name__)
+
+SILENT_ACTOR_ROUNDS = 30    # silent_actor_bound_s in rpc_timeout_s: 5 min by default
 
 
 @dataclass
@@ -50,6 +52,10 @@ class TrialSlots:
         self._pool = pool
         self._discovery = discovery
         self.rpc_timeout_s = rpc_timeout_s
+        # how long an actor of an experiment may stay silent before a launch ends it: bounded,
+        # or one that never answers would hold its experiment's launches forever; long,
+        # since a cold start that installs a runtime_env can take minutes
+        self.silent_actor_bound_s = SILENT_ACTOR_ROUNDS * rpc_timeout_s
 
     def get(self, key: str) -> Slot | None:
         with self._lock:
@@ -75,13 +81,9 @@ class TrialSlots:
         shape = TrialResources.of(req.resources)
         prefix = experiment_prefix(req.trial_key)
         self._discovery.discover_once(prefix)
-        with self._lock:
-            slot = self.held.get(req.trial_key)
-            unanswered = slot is None and self._discovery.unanswered(prefix)
-        if unanswered:
-            # An actor of the experiment has not said yet what it hosts (a restarted operator,
-            # an actor still starting): it may be this trial, which must not run twice.
-            self._discovery.discover(prefix, wait_s=self.rpc_timeout_s)
+        slot = self.get(req.trial_key)
+        if slot is None:
+            self._wait_for_silent_actors(req.trial_key, prefix)
             slot = self.get(req.trial_key)
         if slot is not None:
             if slot.attempt in (req.attempt, None) and not is_dead(slot):
@@ -111,6 +113,31 @@ class TrialSlots:
             self.held[req.trial_key] = Slot(worker, req.attempt, ack=ack)
             self._starting.pop(req.trial_key, None)
         return LaunchInfo(req.trial_key, worker.name, attached=False, placement_group=worker.placement_group)
+
+    def _wait_for_silent_actors(self, key: str, prefix: str) -> None:
+        """Raise ``LaunchDeferred`` while an actor of the experiment has not said yet what
+        it hosts: a restarted operator finds the last one's workers still starting, and a
+        worker's constructor starts its trial, so this trial may be running there already.
+        Waiting here a fixed time and then launching anyway ran such a trial twice, both
+        to the end (issue 26).  An actor silent for ``silent_actor_bound_s`` is killed
+        first: whatever it hosts is then relaunched (MISSING), never run beside itself."""
+        if not self._discovery.silent(prefix):
+            return
+        self._discovery.discover(prefix, wait_s=0.0)    # read the answers that came meanwhile
+        silent = self._discovery.silent(prefix)
+        if not silent or self.get(key) is not None:
+            return
+        overdue = sorted(name for name, age in silent.items() if age >= self.silent_actor_bound_s)
+        if len(overdue) < len(silent):
+            name, age = max(silent.items(), key=lambda item: item[1])
+            raise LaunchDeferred(
+                f"{len(silent)} Ray actor(s) of its Experiment (e.g. {name}, asked {age:.0f}s ago) have not "
+                f"said yet which trial they host, maybe this one: launched once they answer (killed after "
+                f"{self.silent_actor_bound_s:.0f}s without an answer)")
+        log.warning("trial %s: actors %s never said what they host (asked %.0fs ago or more): ending them "
+                    "before launching it, so that nothing they host runs twice", key, ", ".join(overdue),
+                    self.silent_actor_bound_s)
+        self._discovery.end_silent(prefix, overdue)
 
     # ---------------------------------------------------------------- stop / pause
 

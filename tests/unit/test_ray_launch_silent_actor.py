@@ -1,0 +1,205 @@
+"""A restarted operator must not run a trial twice (issue 26).
+
+The killed operator's pooled worker may still be starting; its constructor starts the
+trial it was given.  Until that actor has said what it hosts, a launch of a trial of its
+Experiment is deferred (``LaunchDeferred``: the trial stays Queued, the effect is tried
+again, the platform is not unavailable), and no second actor is made for it.  Then it is
+attached to, or launched as usual; an actor silent past the bound is killed first.
+
+The executor's own ``TrialSlots`` and ``ActorDiscovery``; Ray is replaced at its edges
+(the named-actor listing, ``get_actor``, a call's ref, ``ray.wait``, the answer read)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from kubetune.controller.store import MemoryStore
+from kubetune.core.failures import FailureKind
+from kubetune.core.types import LaunchTrial, TrialPhase
+from kubetune.executors.base import (ExecutorError, LaunchDeferred, LaunchInfo, LaunchRequest,
+                                     PlatformUnavailableError)
+from kubetune.executors.ray import discovery as discovery_module, driver_wire, slots as slots_module
+from kubetune.executors.ray.discovery import ActorDiscovery, actor_group
+from kubetune.executors.ray.named_actors import NamedActors
+from kubetune.executors.ray.pool import Worker, WorkerPool
+from kubetune.executors.ray.slots import Slot, TrialSlots
+from kubetune.spec.model import TrialResources
+from unit_helpers import controller_with_runner
+
+BASE = "kubetune"
+OLD_WORKER = "kubetune/ns/exp/#w-0123456789-aaaaaaaa"    # the killed operator's, still starting
+KEY = "ns/exp/exp-3"
+
+
+class FakeRay:
+    """The Ray calls the launch path makes, answered as the test says."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, dict] = {}     # actor name -> its describe answer, once it gave one
+        self.created: list[str] = []           # trial keys a new actor was made for
+        self.killed: list[str] = []
+
+    @staticmethod
+    def handle(name: str):
+        class Method:     # a call's ref names its actor: ``ready`` answers by actor
+            def remote(self, answer_to, *args, **kwargs):
+                return f"ref:{name}"
+
+        class Handle:
+            describe = Method()
+            assign = Method()
+            actor = name
+
+        return Handle()
+
+    def get_actor(self, name: str, namespace: str):
+        return self.handle(name)
+
+    def ready(self, calls, timeout_s, num_returns=None):
+        return {c.ref for c in calls if c.ref[len("ref:"):] in self.answers}
+
+    def read(self, done):
+        return self.answers[done.ref[len("ref:"):]]
+
+
+@pytest.fixture
+def ray_parts(monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setattr(discovery_module.ray, "get_actor", fake.get_actor)
+    monkeypatch.setattr(discovery_module, "ready", fake.ready)
+    monkeypatch.setattr(discovery_module, "read", fake.read)
+    monkeypatch.setattr(slots_module, "ready", fake.ready)
+    lock = threading.RLock()
+    held: dict[str, Slot] = {}
+    pool = WorkerPool(lock, address="10.0.0.1:6379", namespace=BASE, reuse_actors=True, idle_ttl_s=60.0,
+                      orphan_timeout_s=60.0, rpc_timeout_s=10.0,
+                      kill_actor=lambda handle: fake.killed.append(handle.actor))
+    pool.reap_idle = lambda: None
+
+    def create(req, shape, launch, busy=()):
+        fake.created.append(req.trial_key)
+        name = f"kubetune/ns/exp/#w-new-{len(fake.created)}"
+        return Worker(name, fake.handle(name), shape, pool.pool_key(req, shape), namespace=f"{BASE}/ns/exp")
+
+    pool.create = create
+    named = NamedActors(lambda: [{"name": OLD_WORKER, "namespace": f"{BASE}/ns/exp"}], actor_group, max_age_s=0.0)
+    discovery = ActorDiscovery(lock, held, pool, namespace=BASE, rpc_timeout_s=10.0, named=named)
+    slots = TrialSlots(lock, held, pool, discovery, rpc_timeout_s=10.0)
+    return fake, slots
+
+
+def request(key: str = KEY) -> LaunchRequest:
+    return LaunchRequest(trial_key=key, entrypoint="m:f", config={}, resources=TrialResources(cpu=0.05))
+
+
+def answer(trial_key: str | None) -> dict:
+    return {"trial_key": trial_key, "attempt": 0 if trial_key else None,
+            "pool_key": "ns/exp/0123456789", "node_id": "n1", "shape": {"cpu": 0.05}}
+
+
+def test_a_launch_waits_while_an_actor_of_its_experiment_has_not_answered(ray_parts):
+    fake, slots = ray_parts
+    with pytest.raises(LaunchDeferred) as deferred:
+        slots.launch(request())
+    assert fake.created == [], "a second actor was made while the first may host the trial"
+    assert OLD_WORKER in str(deferred.value)
+    # level-triggered: asked again, still silent, still deferred, still nothing made
+    with pytest.raises(LaunchDeferred):
+        slots.launch(request())
+    assert fake.created == [] and fake.killed == []
+
+
+def test_once_the_silent_actor_answers_hosting_the_trial_the_launch_attaches_to_it(ray_parts):
+    fake, slots = ray_parts
+    with pytest.raises(LaunchDeferred):
+        slots.launch(request())
+    fake.answers[OLD_WORKER] = answer(KEY)
+    info = slots.launch(request())
+    assert info.attached and info.actor_name == OLD_WORKER
+    assert fake.created == []
+
+
+def test_once_the_silent_actor_answers_hosting_another_trial_the_launch_goes_ahead(ray_parts):
+    fake, slots = ray_parts
+    with pytest.raises(LaunchDeferred):
+        slots.launch(request())
+    fake.answers[OLD_WORKER] = answer("ns/exp/exp-1")
+    info = slots.launch(request())
+    assert not info.attached and fake.created == [KEY]
+    assert slots.get("ns/exp/exp-1").worker.name == OLD_WORKER
+
+
+def test_an_actor_silent_past_the_bound_is_killed_before_the_trial_is_launched(ray_parts):
+    fake, slots = ray_parts
+    with pytest.raises(LaunchDeferred):
+        slots.launch(request())
+    slots.silent_actor_bound_s = 0.0     # as if it had been silent that long
+    info = slots.launch(request())
+    assert fake.killed == [OLD_WORKER], "a silent actor was left running beside the new launch"
+    assert not info.attached and fake.created == [KEY]
+
+
+def test_a_deferred_launch_crosses_the_driver_wire_as_itself_and_is_not_an_outage():
+    error = LaunchDeferred("an actor of its Experiment has not answered")
+    decoded = driver_wire.decode_error(driver_wire.encode_error(error), "10.0.0.2:10001")
+    assert type(decoded) is LaunchDeferred and "has not answered" in str(decoded)
+    assert not isinstance(decoded, PlatformUnavailableError)
+    other = driver_wire.decode_error(driver_wire.encode_error(ExecutorError("boom")), "10.0.0.2:10001")
+    assert type(other) is ExecutorError
+
+
+class DeferringPlatform:
+    """A platform whose launches are deferred until ``defer`` is cleared."""
+
+    def __init__(self) -> None:
+        self.defer = True
+        self.starts: list[str] = []
+        self.unavailable: list[BaseException] = []
+
+    def launch_waiting(self, request):
+        return None
+
+    def shown_waiting(self, reason, message, evictions, since_eviction):
+        return reason, message
+
+    def classify(self, error):
+        return FailureKind.PLATFORM if isinstance(error, PlatformUnavailableError) else FailureKind.TRIAL
+
+    def mark_unavailable(self, error) -> None:
+        self.unavailable.append(error)
+
+    async def list_trials(self, prefix):
+        return []
+
+    async def start(self, request):
+        self.starts.append(request.trial_key)
+        if self.defer:
+            raise LaunchDeferred(f"actor {OLD_WORKER} has not said yet which trial it hosts")
+        return LaunchInfo(request.trial_key, "kubetune/ns/exp/#w-new-1", attached=False)
+
+
+def test_a_deferred_launch_stays_queued_and_is_tried_again_without_failing_the_trial_or_the_platform():
+    store, clock = MemoryStore(), [1.0]
+    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=1, parallelism=1)
+    (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
+    platform = controller.ctx.platform = DeferringPlatform()
+
+    async def scenario() -> None:
+        await controller.effects.apply(decisions)
+        assert platform.starts == [f"ns/exp/{name}"] and platform.unavailable == []
+        assert name in controller.effects.pending(), "the deferred launch was dropped, not kept to retry"
+        assert runner.trials[name].phase is TrialPhase.RUNNING and runner.trials[name].failure_log == []
+        shown = controller.status.trial_status(name)
+        assert (shown["phase"], shown["reason"]) == ("Queued", "LaunchDeferred") and OLD_WORKER in shown["message"]
+        platform.defer = False
+        for _ in range(20):                 # each retry after its backoff, on the controller's clock
+            clock[0] += 60.0
+            await controller.effects.apply([])
+            if name not in controller.effects.pending():
+                break
+        assert platform.starts[-1] == f"ns/exp/{name}" and len(platform.starts) >= 2
+        assert name not in controller.effects.pending() and platform.unavailable == []
+        assert runner.trials[name].phase is TrialPhase.RUNNING and runner.trials[name].failure_log == []
+    asyncio.run(scenario())
