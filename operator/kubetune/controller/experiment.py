@@ -141,6 +141,8 @@ class ExperimentController:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
             except asyncio.TimeoutError:
                 pass
+        if self._stopping:      # a cycle under way at stop() may have queued a trial again
+            self._withdraw_queued()
         await self._flush_guarded(force=True)
 
     async def _flush_guarded(self, *, force: bool = False) -> None:
@@ -172,7 +174,14 @@ class ExperimentController:
         """End the loop (its trials keep running)."""
         self._stopping = True
         self._unwatch()
+        self._withdraw_queued()
         self.wake()
+
+    def _withdraw_queued(self) -> None:
+        """Its queued trials will not be tried: out of the shared ledger's line now, not once
+        a deletion's cleanup is done (which waits for every run to end)."""
+        if self.ctx.runner is not None:
+            self.ctx.runner.withdraw_queued(self.ctx.runner.trials.values())
 
     def _unwatch(self) -> None:
         if self.ctx.platform is not None:

@@ -181,6 +181,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             return decisions
         decisions += self._check_run_timeouts(now)     # first: a slot it frees is used at once
         if self.spec.suspend or budgets.exhausted(self.spec, self._trials.values()):
+            self.withdraw_queued(self._active.values())
             return decisions + self._check_finished(now)
         decisions += self._create_trials()
         decisions += self._launch_runnable(now)
@@ -226,6 +227,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
                 break
             candidates.remove(trial)
             decisions += self._try_launch(trial, now)
+        self.withdraw_queued(candidates)     # not tried: no slot under parallelism, or not chosen
         return decisions
 
     def _try_launch(self, trial: TrialInfo, now: float) -> list[Decision]:

@@ -57,6 +57,17 @@ class SpecAndRestart:
                 decisions.append(TrialPhaseChanged(trial.name, PENDING, trial.reason, trial.message))
         return decisions
 
+    def withdraw_queued(self, trials: Iterable[TrialInfo]) -> None:
+        """Queued ``trials`` this runner will not try now (its budget used up, no slot under
+        ``parallelism``, the Experiment deleted) leave the ledger's line: a request that
+        fits, left there, holds back the requests of equal priority behind it, and is never
+        taken (issue 26).  Tried again, a trial joins the line anew, at its end."""
+        if self.ledger is None:
+            return
+        for trial in list(trials):
+            if trial.phase is QUEUED:
+                self.ledger.clear_waiting(self.owner(trial.name))
+
     def _reopen_if_allowed(self) -> None:
         """After a spec change: a finished run goes on where the change lifts what ended it."""
         finished, budget = self.finished, self.spec.budget
