@@ -105,10 +105,12 @@ def test_a_launch_waits_while_an_actor_of_its_experiment_has_not_answered(ray_pa
         slots.launch(request())
     assert fake.created == [], "a second actor was made while the first may host the trial"
     assert OLD_WORKER in str(deferred.value)
-    # level-triggered: asked again, still silent, still deferred, still nothing made
-    with pytest.raises(LaunchDeferred):
+    # level-triggered: asked again, still silent, still deferred, still nothing made; and
+    # the same words (the Trial's status message is not rewritten at each retry)
+    with pytest.raises(LaunchDeferred) as again:
         slots.launch(request())
     assert fake.created == [] and fake.killed == []
+    assert str(again.value) == str(deferred.value)
 
 
 def test_once_the_silent_actor_answers_hosting_the_trial_the_launch_attaches_to_it(ray_parts):

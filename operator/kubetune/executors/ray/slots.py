@@ -129,10 +129,11 @@ class TrialSlots:
             return
         overdue = sorted(name for name, age in silent.items() if age >= self.silent_actor_bound_s)
         if len(overdue) < len(silent):
-            name, age = max(silent.items(), key=lambda item: item[1])
+            # no age in the message: it is the Trial's status message, rewritten when it changes
+            name = max(silent, key=silent.__getitem__)
             raise LaunchDeferred(
-                f"{len(silent)} Ray actor(s) of its Experiment (e.g. {name}, asked {age:.0f}s ago) have not "
-                f"said yet which trial they host, maybe this one: launched once they answer (killed after "
+                f"{len(silent)} Ray actor(s) of its Experiment (e.g. {name}) have not said yet which trial "
+                f"they host, maybe this one: launched once they answer (killed after "
                 f"{self.silent_actor_bound_s:.0f}s without an answer)")
         log.warning("trial %s: actors %s never said what they host (asked %.0fs ago or more): ending them "
                     "before launching it, so that nothing they host runs twice", key, ", ".join(overdue),
