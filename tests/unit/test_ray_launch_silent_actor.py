@@ -19,7 +19,7 @@ from kubetune.controller.store import MemoryStore
 from kubetune.core.failures import FailureKind
 from kubetune.core.types import LaunchTrial, TrialPhase
 from kubetune.executors.base import (ExecutorError, LaunchDeferred, LaunchInfo, LaunchRequest,
-                                     PlatformUnavailableError)
+                                     PlatformUnavailableError, TrialState)
 from kubetune.executors.ray import discovery as discovery_module, driver_wire, slots as slots_module
 from kubetune.executors.ray.discovery import ActorDiscovery, actor_group
 from kubetune.executors.ray.named_actors import NamedActors
@@ -40,6 +40,8 @@ class FakeRay:
         self.answers: dict[str, dict] = {}     # actor name -> its describe answer, once it gave one
         self.created: list[str] = []           # trial keys a new actor was made for
         self.killed: list[str] = []
+        self.groups_removed: list[str] = []
+        self.listed = [OLD_WORKER]             # the named actors of the experiment
 
     @staticmethod
     def handle(name: str):
@@ -77,6 +79,7 @@ def ray_parts(monkeypatch):
                       orphan_timeout_s=60.0, rpc_timeout_s=10.0,
                       kill_actor=lambda handle: fake.killed.append(handle.actor))
     pool.reap_idle = lambda: None
+    pool.remove_placement_groups = fake.groups_removed.append
 
     def create(req, shape, launch, busy=()):
         fake.created.append(req.trial_key)
@@ -84,7 +87,8 @@ def ray_parts(monkeypatch):
         return Worker(name, fake.handle(name), shape, pool.pool_key(req, shape), namespace=f"{BASE}/ns/exp")
 
     pool.create = create
-    named = NamedActors(lambda: [{"name": OLD_WORKER, "namespace": f"{BASE}/ns/exp"}], actor_group, max_age_s=0.0)
+    named = NamedActors(lambda: [{"name": name, "namespace": f"{BASE}/ns/exp"} for name in fake.listed],
+                        actor_group, max_age_s=0.0)
     discovery = ActorDiscovery(lock, held, pool, namespace=BASE, rpc_timeout_s=10.0, named=named)
     slots = TrialSlots(lock, held, pool, discovery, rpc_timeout_s=10.0)
     return fake, slots
@@ -133,23 +137,48 @@ def test_once_the_silent_actor_answers_hosting_another_trial_the_launch_goes_ahe
     assert slots.get("ns/exp/exp-1").worker.name == OLD_WORKER
 
 
-def test_an_actor_silent_past_the_bound_is_killed_before_the_trial_is_launched(ray_parts):
+def test_an_actor_silent_past_the_bound_is_killed_with_its_placement_groups_before_the_trial_is_launched(ray_parts):
     fake, slots = ray_parts
     with pytest.raises(LaunchDeferred):
         slots.launch(request())
     slots.silent_actor_bound_s = 0.0     # as if it had been silent that long
     info = slots.launch(request())
     assert fake.killed == [OLD_WORKER], "a silent actor was left running beside the new launch"
+    assert fake.groups_removed == [OLD_WORKER], "its detached placement groups were left behind"
     assert not info.attached and fake.created == [KEY]
+    # a trial it may have hosted is missing for that reason, not for a cluster restart
+    other = slots._discovery.unknown_update("ns/exp/exp-1")
+    assert other.state is TrialState.MISSING and other.cluster_fault
+    assert other.error.startswith("SilentActorEnded:") and OLD_WORKER in other.error
 
 
-def test_a_deferred_launch_crosses_the_driver_wire_as_itself_and_is_not_an_outage():
+def test_a_silent_dedicated_actor_holds_only_the_launch_of_its_own_trial(ray_parts):
+    """A dedicated actor (GPU or several bundles) hosts only the trial it is named for."""
+    fake, slots = ray_parts
+    waiting_for_a_gpu = "kubetune/ns/exp/exp-2"
+    fake.listed = [waiting_for_a_gpu]
+    info = slots.launch(request())        # another trial: not held for it
+    assert not info.attached and fake.created == [KEY] and fake.killed == []
+    with pytest.raises(LaunchDeferred):   # its own trial: held until it answers
+        slots.launch(request("ns/exp/exp-2"))
+    assert fake.created == [KEY]
+    assert slots._discovery.unknown_update("ns/exp/exp-2").state is TrialState.RUNNING
+
+
+def test_a_deferred_launch_crosses_the_driver_wire_as_itself_only_for_a_start_and_bounded():
     error = LaunchDeferred("an actor of its Experiment has not answered")
-    decoded = driver_wire.decode_error(driver_wire.encode_error(error), "10.0.0.2:10001")
+    decoded = driver_wire.decode_error(driver_wire.encode_error(error), "10.0.0.2:10001", "start")
     assert type(decoded) is LaunchDeferred and "has not answered" in str(decoded)
     assert not isinstance(decoded, PlatformUnavailableError)
-    other = driver_wire.decode_error(driver_wire.encode_error(ExecutorError("boom")), "10.0.0.2:10001")
+    other = driver_wire.decode_error(driver_wire.encode_error(ExecutorError("boom")), "10.0.0.2:10001", "start")
     assert type(other) is ExecutorError
+    # a driver (a tenant's cluster may run code there) answering a stop with it: a plain error
+    for method in ("stop", "pause", "poll"):
+        sent = driver_wire.decode_error(driver_wire.encode_error(error), "10.0.0.2:10001", method)
+        assert type(sent) is ExecutorError, method
+    # a message up to the wire's 1 MiB becomes at most MESSAGE_CHARS of a Trial's status
+    huge = {"error": "LaunchDeferred", "message": "x" * (1 << 20), "unavailable": False, "cause": ""}
+    assert len(str(driver_wire.decode_error(huge, "10.0.0.2:10001", "start"))) <= LaunchDeferred.MESSAGE_CHARS
 
 
 class DeferringPlatform:
@@ -174,6 +203,12 @@ class DeferringPlatform:
 
     async def list_trials(self, prefix):
         return []
+
+    async def stop(self, trial_key):
+        return None
+
+    async def end_runs(self, prefix):
+        return True
 
     async def start(self, request):
         self.starts.append(request.trial_key)
@@ -204,4 +239,27 @@ def test_a_deferred_launch_stays_queued_and_is_tried_again_without_failing_the_t
         assert platform.starts[-1] == f"ns/exp/{name}" and len(platform.starts) >= 2
         assert name not in controller.effects.pending() and platform.unavailable == []
         assert runner.trials[name].phase is TrialPhase.RUNNING and runner.trials[name].failure_log == []
+        # its run starts when the launch went out: spec.trial.timeout does not count the wait
+        assert runner.trials[name].attempt_start == clock[0]
+        assert controller.status.trial_status(name)["phase"] == "Running"
+    asyncio.run(scenario())
+
+
+def test_a_deferred_launch_of_a_trial_ended_meanwhile_never_goes_out():
+    store, clock = MemoryStore(), [1.0]
+    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=1, parallelism=1)
+    (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
+    platform = controller.ctx.platform = DeferringPlatform()
+
+    async def scenario() -> None:
+        await controller.effects.apply(decisions)
+        assert len(platform.starts) == 1 and name in controller.effects.pending()
+        runner.stop_all(clock[0])          # e.g. the Experiment was deleted or finished meanwhile
+        platform.defer = False
+        for _ in range(20):
+            clock[0] += 60.0
+            await controller.effects.apply([])
+            if name not in {e.trial for e in controller.effects._effects if isinstance(e.decision, LaunchTrial)}:
+                break
+        assert len(platform.starts) == 1, "a launch went out for a trial that had ended"
     asyncio.run(scenario())

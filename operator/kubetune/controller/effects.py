@@ -52,6 +52,7 @@ class EffectQueue:
         self.status: StatusWriter = None     # set by the controller: the parts refer to each other
         self.pump: ResultPump = None
         self._effects: list[_Effect] = []   # decisions not yet carried out (see apply)
+        self._deferred: set[str] = set()    # trials whose launch the platform deferred (LaunchDeferred)
         self._applying = False
 
     def __bool__(self) -> bool:
@@ -83,24 +84,27 @@ class EffectQueue:
             if not held_back:
                 try:
                     await self._carry_out(effect.decision)
-                except LaunchDeferred as deferred:   # not a failure: tried again, nothing surfaced
-                    effect.failed(deferred, now)
-                    log.info("%s/%s: launch of %s deferred: %s", ctx.namespace, ctx.name, name, deferred)
                 except Exception as error:  # noqa: BLE001 - retried; see the module's docstring
-                    if ctx.platform_fault(error):
-                        ctx.platform.mark_unavailable(error)
                     effect.failed(error, now)
-                    log.warning("%s/%s: %s for %s failed (attempt %d, retrying): %s", ctx.namespace, ctx.name,
-                                type(effect.decision).__name__, name, effect.attempts, error)
-                    if effect.attempts == SURFACE_AFTER and not isinstance(error, StaleTrial):
-                        await ctx.event("Warning", "EffectRetrying",
-                                        f"{type(effect.decision).__name__} {name}: {error}")
+                    if launch and isinstance(error, LaunchDeferred):   # no failure: tried again, not surfaced
+                        log.info("%s/%s: launch of %s deferred: %s", ctx.namespace, ctx.name, name, error)
+                    else:
+                        await self._failed(effect, error)
                 else:
                     del self._effects[index]
                     continue
             if name:
                 waiting.add(name)
             index += 1
+
+    async def _failed(self, effect: _Effect, error: Exception) -> None:
+        ctx = self.ctx
+        if ctx.platform_fault(error):
+            ctx.platform.mark_unavailable(error)
+        log.warning("%s/%s: %s for %s failed (attempt %d, retrying): %s", ctx.namespace, ctx.name,
+                    type(effect.decision).__name__, effect.trial, effect.attempts, error)
+        if effect.attempts == SURFACE_AFTER and not isinstance(error, StaleTrial):
+            await ctx.event("Warning", "EffectRetrying", f"{type(effect.decision).__name__} {effect.trial}: {error}")
 
     def uncreated(self) -> set[str]:
         """Trials whose Trial resource is not created yet: no status is written for them
@@ -168,6 +172,11 @@ class EffectQueue:
 
     async def launch(self, decision: LaunchTrial) -> None:
         ctx = self.ctx
+        trial = ctx.runner.trials.get(decision.name)
+        if decision.name in self._deferred and (trial is None or trial.phase is not TrialPhase.RUNNING
+                                                or trial.attempt != decision.attempt):
+            self._deferred.discard(decision.name)    # ended (or retried) while its launch waited
+            return
         request = self._request(decision)
         waiting = ctx.platform.launch_waiting(request)
         if waiting is not None:
@@ -180,7 +189,8 @@ class EffectQueue:
         try:
             await ctx.platform.start(request)
         except LaunchDeferred as deferred:     # the trial waits, Queued, and its launch stays queued
-            self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred))
+            self._deferred.add(decision.name)
+            self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred)[:LaunchDeferred.MESSAGE_CHARS])
             raise
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours
             cluster_fault = ctx.platform_fault(error)
@@ -189,7 +199,11 @@ class EffectQueue:
             await self.pump.trial_errored(decision.name, f"launch failed: {type(error).__name__}: {error}", now,
                                           cluster_fault=cluster_fault)
             return
-        ctx.runner.on_trial_launched(decision.name, now)
+        waited = decision.name in self._deferred
+        if waited:     # it runs from now: spec.trial.timeout does not count the wait
+            self._deferred.discard(decision.name)
+            self.status.note_waiting(decision.name, "", "")
+        ctx.runner.on_trial_launched(decision.name, now, started_now=waited)
         if decision.attempt == 0 and not decision.checkpoint:
             await ctx.event("Normal", "TrialLaunched", f"{decision.name} launched with {dict(decision.params)}")
         else:

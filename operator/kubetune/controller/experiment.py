@@ -141,8 +141,6 @@ class ExperimentController:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=idle)
             except asyncio.TimeoutError:
                 pass
-        if self._stopping:      # a cycle under way at stop() may have queued a trial again
-            self._withdraw_queued()
         await self._flush_guarded(force=True)
 
     async def _flush_guarded(self, *, force: bool = False) -> None:

@@ -18,7 +18,7 @@ from kubetune.controller.status_writer import StatusWriter
 from kubetune.core.failures import FailureKind
 from kubetune.core.sanitize import cap_text
 from kubetune.core.types import LaunchTrial, Result, TrialPhase
-from kubetune.executors.base import TrialState, TrialUpdate
+from kubetune.executors.base import LaunchDeferred, TrialState, TrialUpdate
 from kubetune.results import Batch, ResultRow
 from kubetune.spec.trial_key import TrialKey
 
@@ -60,9 +60,12 @@ class ResultPump:
         if update.attempt is not None and update.attempt < trial.attempt:
             # The actor still holds the attempt before: the operator recorded the retry and
             # was killed before it started it. Start it now (the old run ends first).
-            await self.effects.launch(LaunchTrial(name, dict(trial.params), trial.checkpoint,
-                                                  trial.checkpoint_iteration if trial.checkpoint else 0,
-                                                  trial.attempt, trial.last_seq))
+            try:
+                await self.effects.launch(LaunchTrial(name, dict(trial.params), trial.checkpoint,
+                                                      trial.checkpoint_iteration if trial.checkpoint else 0,
+                                                      trial.attempt, trial.last_seq))
+            except LaunchDeferred:
+                pass    # the next poll finds the attempt before again, and tries again
             return True
         self.status.note_waiting(name, update.waiting_reason, update.waiting_message)
         # the ledger moves with results and the run's end, not with every poll: a Trial is

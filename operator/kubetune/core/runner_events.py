@@ -74,10 +74,14 @@ class TrialEvents:
         return trial.usage.observe(attempt, started, seen, gpus=resources.gpu * resources.bundles,
                                    cpus=resources.cpu * resources.bundles, ended=ended)
 
-    def on_trial_launched(self, name: str, now: float) -> list[Decision]:
+    def on_trial_launched(self, name: str, now: float, *, started_now: bool = False) -> list[Decision]:
+        """``started_now``: its launch went out only now (the platform deferred it), so its
+        run starts now for spec.trial.timeout, not when the launch was decided."""
         trial = self._trials.get(name)
         if trial is not None and trial.start_time is None:
             trial.start_time = now
+        if trial is not None and started_now and trial.phase is RUNNING:
+            trial.attempt_start = now
         return []
 
     def _record_objective(self, trial: TrialInfo, metrics: Mapping[str, Any], iteration: int) -> float | None:

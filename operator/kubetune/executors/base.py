@@ -37,7 +37,13 @@ class LaunchDeferred(ExecutorError):
     """The trial cannot be launched yet, and may be later: e.g. an actor of its Experiment
     has not said yet whether it hosts this trial already (a restarted operator's, still
     starting).  Neither the trial's fault nor the platform's: the launch stays queued and
-    is tried again (controller/effects.py), the trial shown Queued with this message."""
+    is tried again (controller/effects.py), the trial shown Queued with this message,
+    cut to ``MESSAGE_CHARS`` (it may come from a driver process: driver_wire.py)."""
+
+    MESSAGE_CHARS = 1000
+
+    def __init__(self, message: str) -> None:
+        super().__init__(str(message)[:self.MESSAGE_CHARS])
 
 
 class TrialState(str, enum.Enum):

@@ -45,6 +45,12 @@ def list_named_actors() -> list[dict[str, Any]]:
     return ray.util.list_named_actors(all_namespaces=True)
 
 
+def could_host(name: str, key: str) -> bool:
+    """Whether actor ``name`` (with ``kubetune/``) may host trial ``key``: a pooled worker of
+    its experiment hosts any trial of it, a dedicated actor only the one it is named for."""
+    return name.startswith(ACTOR_PREFIX + experiment_prefix(key) + WORKER_MARK) or name == actor_name(key)
+
+
 def is_experiment_prefix(prefix: str) -> bool:
     return prefix.endswith("/") and prefix.count("/") == 2
 
@@ -54,6 +60,7 @@ class _Discovery:
     at: float = 0.0
     probing: dict[str, tuple[Any, Call]] = field(default_factory=dict)   # name -> (handle, describe call)
     asked_at: dict[str, float] = field(default_factory=dict)   # name -> when first asked (monotonic)
+    ended: dict[str, str] = field(default_factory=dict)   # name -> why kubetune ended it unanswered
 
 
 class ActorDiscovery:
@@ -98,23 +105,28 @@ class ActorDiscovery:
         if not known:
             self.discover(prefix, wait_s=self.first_wait_s)
 
-    def silent(self, prefix: str) -> dict[str, float]:
-        """The actors under ``prefix`` that have not said yet what they host, with how
-        long ago they were first asked (seconds)."""
+    def silent(self, key: str) -> dict[str, float]:
+        """The actors that may host trial ``key`` and have not said yet what they host,
+        with how long ago they were first asked (seconds)."""
         now = time.monotonic()
         with self._lock:
-            seen = self._discovered.get(prefix)
-            return {} if seen is None else {name: now - seen.asked_at.get(name, now) for name in seen.probing}
+            seen = self._discovered.get(experiment_prefix(key))
+            return {} if seen is None else {name: now - seen.asked_at.get(name, now)
+                                            for name in seen.probing if could_host(name, key)}
 
-    def end_silent(self, prefix: str, names: list[str]) -> None:
-        """Kill actors that never answered: whatever they host must not run beside a new run."""
+    def end_silent(self, prefix: str, names: list[str], why: str) -> None:
+        """Kill actors that never answered, and their placement groups (detached: they
+        outlive the actor): whatever they host must not run beside a new run.  ``why``
+        becomes the error of a trial found hosted by none of them later."""
         with self._lock:
             seen = self._discovered.get(prefix)
             ended = [] if seen is None else [(name, seen.probing.pop(name)) for name in names if name in seen.probing]
             for name, _ in ended:
                 seen.asked_at.pop(name, None)
+                seen.ended[name] = why
         for name, (handle, pending) in ended:    # Ray calls, outside the lock
             self._pool.kill(Worker(name, handle, TrialResources(), namespace=pending.namespace))
+            self._pool.remove_placement_groups(name)
 
     def find_unknown(self, keys: list[str]) -> None:
         """Look for actors hosting trials we do not know (after a restart)."""
@@ -219,11 +231,12 @@ class ActorDiscovery:
         experiment has not answered yet, else missing."""
         with self._lock:
             seen = self._discovered.get(experiment_prefix(key))
-            starting = seen is not None and any(
-                name.startswith(ACTOR_PREFIX + experiment_prefix(key) + WORKER_MARK)
-                or name == actor_name(key) for name in seen.probing)
+            starting = seen is not None and any(could_host(name, key) for name in seen.probing)
+            ended = [why for name, why in seen.ended.items() if could_host(name, key)] if seen is not None else []
         if starting:   # an actor of that experiment has not answered yet: maybe it hosts it
             return TrialUpdate(key, TrialState.RUNNING)
+        if ended:      # kubetune ended it unanswered: not the cluster's doing, nor the trial's
+            return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, error=ended[0])
         return TrialUpdate(key, TrialState.MISSING, cluster_fault=True, error=(
             f"no Ray actor hosts trial {key} (Ray namespace {self.namespace!r}): "
             "the Ray cluster restarted or the actor was removed"))

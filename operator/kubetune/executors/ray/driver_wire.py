@@ -97,15 +97,15 @@ def read_envelope(data: bytes) -> tuple[int, bool, Any]:
     return value[0], value[1], value[2]
 
 
-def decode_error(value: Any, address: str) -> BaseException:
-    """The error to raise for a failed call (never of a type the child chose)."""
+def decode_error(value: Any, address: str, method: str = "") -> BaseException:
+    """The error to raise for a failed ``method`` call (never of a type the child chose)."""
     if not isinstance(value, dict):
         raise WireError("error: must be an object")
     name = _text(value.get("error"), "error", 200)
     message = _text(value.get("message"), "message", MAX_TEXT)
     if _bool(value.get("unavailable"), "unavailable"):
         return RayUnavailableError(address, _text(value.get("cause"), "cause", MAX_TEXT) or message)
-    if name == LaunchDeferred.__name__:    # not a failure: the launch is tried again
+    if name == LaunchDeferred.__name__ and method == "start":    # not a failure: tried again
         return LaunchDeferred(message)
     return ExecutorError(f"{name}: {message}")
 

@@ -257,7 +257,7 @@ class _Child:
                 if waiting is not None:
                     future, method, args, kwargs = waiting
                     answer = driver_wire.decode(method, value, args, kwargs) if ok \
-                        else driver_wire.decode_error(value, self.address)
+                        else driver_wire.decode_error(value, self.address, method)
                     if not future.done():
                         future.set_result((ok, answer))
             except WireError as exc:

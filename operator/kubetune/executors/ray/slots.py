@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SILENT_ACTOR_ROUNDS = 30    # silent_actor_bound_s in rpc_timeout_s: 5 min by default
+SILENT_ACTOR_ROUNDS = 60    # silent_actor_bound_s in rpc_timeout_s: 10 min by default
 
 
 @dataclass
@@ -53,8 +53,8 @@ class TrialSlots:
         self._discovery = discovery
         self.rpc_timeout_s = rpc_timeout_s
         # how long an actor of an experiment may stay silent before a launch ends it: bounded,
-        # or one that never answers would hold its experiment's launches forever; long,
-        # since a cold start that installs a runtime_env can take minutes
+        # or one that never answers would hold its experiment's launches forever; no shorter
+        # than Ray's own runtime_env setup timeout (600 s), nor than a GPU node's scale-up
         self.silent_actor_bound_s = SILENT_ACTOR_ROUNDS * rpc_timeout_s
 
     def get(self, key: str) -> Slot | None:
@@ -121,10 +121,10 @@ class TrialSlots:
         Waiting here a fixed time and then launching anyway ran such a trial twice, both
         to the end (issue 26).  An actor silent for ``silent_actor_bound_s`` is killed
         first: whatever it hosts is then relaunched (MISSING), never run beside itself."""
-        if not self._discovery.silent(prefix):
+        if not self._discovery.silent(key):
             return
         self._discovery.discover(prefix, wait_s=0.0)    # read the answers that came meanwhile
-        silent = self._discovery.silent(prefix)
+        silent = self._discovery.silent(key)
         if not silent or self.get(key) is not None:
             return
         overdue = sorted(name for name, age in silent.items() if age >= self.silent_actor_bound_s)
@@ -135,10 +135,11 @@ class TrialSlots:
                 f"{len(silent)} Ray actor(s) of its Experiment (e.g. {name}) have not said yet which trial "
                 f"they host, maybe this one: launched once they answer (killed after "
                 f"{self.silent_actor_bound_s:.0f}s without an answer)")
-        log.warning("trial %s: actors %s never said what they host (asked %.0fs ago or more): ending them "
-                    "before launching it, so that nothing they host runs twice", key, ", ".join(overdue),
-                    self.silent_actor_bound_s)
-        self._discovery.end_silent(prefix, overdue)
+        why = (f"SilentActorEnded: kubetune ended Ray actor(s) {', '.join(overdue)[:500]}, which had not said "
+               f"in {self.silent_actor_bound_s:.0f}s which trial they host, before launching {key}: a trial "
+               "they hosted would otherwise have run twice")
+        log.warning("%s", why)
+        self._discovery.end_silent(prefix, overdue, why)
 
     # ---------------------------------------------------------------- stop / pause
 
