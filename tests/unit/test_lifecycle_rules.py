@@ -528,3 +528,29 @@ def test_an_experiment_that_found_its_cluster_unreachable_stays_starting_until_i
                      "trial": {"entrypoint": "m:f"}, "budget": {"maxTrials": 2, "parallelism": 1}}}
     asyncio.run(state.serve("ns", "e", body, stopped))
     assert seen[:3] == [True, True, True] and seen[-1] is False and len(seen) <= 2000
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_an_experiment_that_ran_before_is_not_kept_room_for_while_it_is_restored(restored):
+    # after a restart every Experiment is restored at once; its running trials are adopted
+    # as it is restored, and keeping a first trial's room for each (everyone's second
+    # trial held) through all the restores left the cluster idle (issue 26, S3)
+    from kubetune.controller.store import MemoryStore
+    registry = RayPlatforms("ray://head:10001", lambda address: FlakyRay(unreachable=0))
+    state = OperatorState(PlatformRegistry({"ray": registry}), store_factory=lambda *_: MemoryStore(),
+                          checkpoint_storage="")
+    ledger = registry.get("ray://head:10001").ledger
+    kept: list[str] = []
+    ledger.starting = kept.append
+    cycles: list[bool] = []
+
+    def stopped() -> bool:      # asked before each cycle
+        cycles.append(True)
+        return len(cycles) > 2
+
+    body = {"metadata": {"name": "e", "uid": "u1", "generation": 1},
+            "spec": {"objective": {"metric": "loss", "mode": "min"}, "searchSpace": {"x": {"uniform": [0.0, 1.0]}},
+                     "trial": {"entrypoint": "m:f"}, "budget": {"maxTrials": 2, "parallelism": 1}},
+            **({"status": {"startTime": "2026-11-27T00:00:00Z", "phase": "Running"}} if restored else {})}
+    asyncio.run(state.serve("ns", "e", body, stopped))
+    assert (kept == []) if restored else ("ns/e/" in kept), kept

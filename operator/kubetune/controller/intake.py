@@ -54,8 +54,12 @@ class SpecIntake:
                 self.finished_at_start = True
             else:
                 # room for its first trial is kept while it is built (core/fair_share.py),
-                # until its first cycle asks (ledger.watch) or it gives up
-                ctx.platform.ledger.starting(ctx.prefix)
+                # until its first cycle asks (ledger.watch) or it gives up; not for one that
+                # ran before (a restart): its running trials are adopted as it is restored,
+                # and holding everyone's second trial through every restore left the
+                # cluster idle (issue 26, S3; operator_state._starting does the same)
+                if not (body.get("status") or {}).get("startTime"):
+                    ctx.platform.ledger.starting(ctx.prefix)
                 try:
                     await self._restore(spec, body, now)
                 finally:
