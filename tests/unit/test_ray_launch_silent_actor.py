@@ -217,11 +217,19 @@ class DeferringPlatform:
         return LaunchInfo(request.trial_key, "kubetune/ns/exp/#w-new-1", attached=False)
 
 
-def test_a_deferred_launch_stays_queued_and_is_tried_again_without_failing_the_trial_or_the_platform():
-    store, clock = MemoryStore(), [1.0]
-    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=1, parallelism=1)
+def one_trial_on_a_deferring_platform():
+    """A controller whose runner decided to launch its one trial, on a platform that defers
+    every launch (until the test says otherwise): the clock, the controller, its runner,
+    the first decisions, the trial's name and the platform."""
+    clock = [1.0]
+    controller, runner, decisions = controller_with_runner(MemoryStore(), clock, maxTrials=1, parallelism=1)
     (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
     platform = controller.ctx.platform = DeferringPlatform()
+    return clock, controller, runner, decisions, name, platform
+
+
+def test_a_deferred_launch_stays_queued_and_is_tried_again_without_failing_the_trial_or_the_platform():
+    clock, controller, runner, decisions, name, platform = one_trial_on_a_deferring_platform()
 
     async def scenario() -> None:
         await controller.effects.apply(decisions)
@@ -246,10 +254,7 @@ def test_a_deferred_launch_stays_queued_and_is_tried_again_without_failing_the_t
 
 
 def test_a_deferred_launch_of_a_trial_ended_meanwhile_never_goes_out():
-    store, clock = MemoryStore(), [1.0]
-    controller, runner, decisions = controller_with_runner(store, clock, maxTrials=1, parallelism=1)
-    (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
-    platform = controller.ctx.platform = DeferringPlatform()
+    clock, controller, runner, decisions, name, platform = one_trial_on_a_deferring_platform()
 
     async def scenario() -> None:
         await controller.effects.apply(decisions)

@@ -190,7 +190,7 @@ class EffectQueue:
             await ctx.platform.start(request)
         except LaunchDeferred as deferred:     # the trial waits, Queued, and its launch stays queued
             self._deferred.add(decision.name)
-            self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred)[:LaunchDeferred.MESSAGE_CHARS])
+            self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred))   # capped by LaunchDeferred
             raise
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours
             cluster_fault = ctx.platform_fault(error)
