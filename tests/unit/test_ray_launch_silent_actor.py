@@ -268,3 +268,24 @@ def test_a_deferred_launch_of_a_trial_ended_meanwhile_never_goes_out():
                 break
         assert len(platform.starts) == 1, "a launch went out for a trial that had ended"
     asyncio.run(scenario())
+
+
+def test_a_worker_this_operator_made_never_holds_back_another_launch_while_it_starts(ray_parts):
+    """A poll's discovery may ask a worker the executor has just made, before its slot is
+    recorded: once recorded, it is known (it hosts what its slot says), so it must not
+    defer the Experiment's other launches while it starts, nor be killed as silent."""
+    fake, slots = ray_parts
+    fake.listed = []                                  # nothing left by an earlier operator
+    made = slots._pool.create
+
+    def create_seen_by_a_poll(req, shape, launch, busy=()):
+        worker = made(req, shape, launch, busy)
+        fake.listed = [worker.name]                   # listed by Ray, still starting (no answer)
+        slots._discovery.discover("ns/exp/", wait_s=0.0)
+        return worker
+    slots._pool.create = create_seen_by_a_poll
+    first = slots.launch(request())
+    assert not first.attached and fake.created == [KEY]
+    other = slots.launch(request("ns/exp/exp-4"))     # was: LaunchDeferred, on our own worker
+    assert not other.attached and fake.created == [KEY, "ns/exp/exp-4"]
+    assert fake.killed == []

@@ -112,7 +112,16 @@ class ActorDiscovery:
         with self._lock:
             seen = self._discovered.get(experiment_prefix(key))
             return {} if seen is None else {name: now - seen.asked_at.get(name, now)
-                                            for name in seen.probing if could_host(name, key)}
+                                            for name in self._unanswered(seen, key)}
+
+    def _unanswered(self, seen: _Discovery, key: str) -> list[str]:
+        """The actors asked under ``seen`` that may host ``key``, have not answered, and are
+        not this executor's own: a worker it made was probed by a poll's discovery before its
+        slot was recorded (it is known now, and hosts what its slot says), and while it is
+        starting it must not hold back the Experiment's other launches, nor be killed as
+        silent by one of them.  Callers hold the lock."""
+        own = {slot.worker.name for slot in self._slots.values()}
+        return [name for name in seen.probing if name not in own and could_host(name, key)]
 
     def end_silent(self, prefix: str, names: list[str], why: str) -> None:
         """Kill actors that never answered, and their placement groups (detached: they
@@ -231,7 +240,7 @@ class ActorDiscovery:
         experiment has not answered yet, else missing."""
         with self._lock:
             seen = self._discovered.get(experiment_prefix(key))
-            starting = seen is not None and any(could_host(name, key) for name in seen.probing)
+            starting = seen is not None and bool(self._unanswered(seen, key))
             ended = [why for name, why in seen.ended.items() if could_host(name, key)] if seen is not None else []
         if starting:   # an actor of that experiment has not answered yet: maybe it hosts it
             return TrialUpdate(key, TrialState.RUNNING)
