@@ -17,9 +17,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kubetune demo
 
+# The unit tests in two processes (CPU-bound and independent of each other: the machine
+# has two cores), then the integration tests in one (they share one control plane, one
+# Ray and one node). Both always run; either failing, or running no test (pytest's exit
+# code 5), fails the target.
 test: $(STAMP) postgres chromium
 	$(BIN)/kubetune devcluster build
-	$(BIN)/python -m pytest tests -q -ra --durations=25
+	$(BIN)/python -m pytest tests/unit -q -ra -n 2 --durations=10; unit=$$?; \
+	$(BIN)/python -m pytest tests/integration -q -ra --durations=25; integration=$$?; \
+	test $$unit -eq 0 && test $$integration -eq 0
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
