@@ -83,6 +83,7 @@ def with_managed_fields(custom, namespaces: list[str]) -> list[str]:
             for trial in list_all(custom, "trials", namespace=namespace)[0] if trial["metadata"].get("managedFields")]
 
 
+@pytest.mark.timeout(1200)    # 302 s alone; 545-600+ s late in a whole-suite run (its own waits are bounded)
 def test_twenty_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_an_operator_sigkill(
         kube_cluster, small_ray, tmp_path):
     prefix = f"kt-scale-{secrets.token_hex(3)}"
