@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit integration bench bench-quality e2e clean-venv postgres chromium docs
+.PHONY: demo test soak unit integration bench bench-quality e2e clean-venv postgres chromium docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: $(STAMP) postgres chromium
 	$(BIN)/python -m pytest tests/unit -q -ra -n 2 --durations=10; unit=$$?; \
 	$(BIN)/python -m pytest tests/integration -q -ra --durations=25; integration=$$?; \
 	test $$unit -eq 0 && test $$integration -eq 0
+
+# the soak tests (tests/integration/soak.py) at the full sizes the issues name; `make test`
+# runs them at a quick size. About 25 minutes on 2 cores.
+soak: $(STAMP) postgres
+	$(BIN)/kubetune devcluster build
+	KUBETUNE_TEST_SIZE=full $(BIN)/python -m pytest tests/integration -q -ra -m soak --durations=10
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q

@@ -17,6 +17,11 @@ from ray_fixtures import *  # noqa: F401,F403
 from recovery_fixtures import *  # noqa: F401,F403
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "soak: a test with a quick size (make test) and a full one "
+                                       "(make soak, KUBETUNE_TEST_SIZE=full): tests/integration/soak.py")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _results_store_of_the_session():
     """Processes the tests start without a --results-url (kubetune run, the chart's

@@ -1,9 +1,9 @@
-"""Chaos (issue 15): SIGKILL the operator at 15 points of a 30-trial ASHA Experiment
-with checkpoints, retries and one injected trial failure; then the same with two
-replicas, killing whichever leads. The run must end as if nothing happened: exactly
-30 Trials, 30 distinct configurations, every history gap-free and duplicate-free,
-the failed trial resumed from its checkpoint, no trial restarted by a kill other than
-from its checkpoint, and no Ray actor left behind.
+"""Chaos (issue 15): SIGKILL the operator at 15 points (``make soak``; 6 in ``make test``,
+soak.py) of a 30-trial ASHA Experiment with checkpoints, retries and one injected trial
+failure; then the same with two replicas, killing whichever leads. The run must end as
+if nothing happened: exactly 30 Trials, 30 distinct configurations, every history
+gap-free and duplicate-free, the failed trial resumed from its checkpoint, no trial
+restarted by a kill other than from its checkpoint, and no Ray actor left behind.
 
 The kill points come from a fixed seed (reproducible in CI): the operator is killed
 once the Trials record that many iterations in all and it has lived a drawn while
@@ -22,12 +22,13 @@ from k8s_helpers import condition, create, experiment, get_experiment, trials, w
 from kube_fixtures import wait_for
 from kubetune.examples.resumable import expected_losses
 from lifecycle_helpers import Replica, lease_holder, named_actors
+from soak import size, soak
 from test_recovery import LOSS, RESUMABLE, column
 
 pytestmark = pytest.mark.integration
 
 SEED = 15
-KILLS = 15
+KILLS = size(quick=6, full=15)
 COUNT, ITERATIONS = 30, 9
 # every lr at most 0.81: that one is then the best at ASHA's rungs 1 and 3, so it is
 # never stopped early and always gets to fail after iteration 4, whatever the order
@@ -99,7 +100,8 @@ def assert_as_if_nothing_happened(api, namespace: str, name: str, ray_address: s
              message="no Ray actor of the experiment left")
 
 
-def test_operator_killed_fifteen_times_during_an_asha_run(operator, ray_local, experiments_api, namespace):
+@soak
+def test_operator_killed_again_and_again_during_an_asha_run(operator, ray_local, experiments_api, namespace):
     create(experiments_api, namespace, chaos_experiment("chaos"))
 
     def kill_and_restart() -> None:
@@ -115,9 +117,10 @@ def test_operator_killed_fifteen_times_during_an_asha_run(operator, ray_local, e
     assert operator.starts == KILLS + 1
 
 
-def test_leader_killed_fifteen_times_during_an_asha_run(kube_cluster, ray_local, experiments_api, namespace,
+@soak
+def test_leader_killed_again_and_again_during_an_asha_run(kube_cluster, ray_local, experiments_api, namespace,
                                                          tmp_path):
-    # a 4 s Lease (the chart's is 8 s: test_leader_election) keeps 15 failovers within CI's budget
+    # a 4 s Lease (the chart's is 8 s: test_leader_election) keeps the failovers within CI's budget
     replicas = {name: Replica(kube_cluster, ray_local, tmp_path, namespace, name,
                               extra_args=("--lease-duration-seconds", "4")).start() for name in ("a", "b")}
     create(experiments_api, namespace, chaos_experiment("ha"))

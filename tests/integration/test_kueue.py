@@ -22,6 +22,7 @@ from kubetune.devcluster.processes import free_port
 from kubetune.k8s.kueue import KueueApi
 from kubetune.trainable.api import TrialStopped
 from operator_fixtures import OperatorProcess
+from soak import size, soak
 from test_pods import Container
 
 pytestmark = pytest.mark.integration
@@ -207,16 +208,18 @@ class Players:
         return (found.get("status") or {}).get("phase")
 
 
+@soak
 def test_a_200_trial_experiment_never_has_more_than_its_admission_window_pending(kueue_operator, api, teams, tmp_path):
     """parallelism 4 over the ClusterQueue's 2 CPUs: Kueue refuses the third trial, and
     from then on at most admissionWindow (3) pods and Workloads wait for admission, at
     every sample, while trials are admitted two at a time and finish.  The test plays
-    the first 60 of the 200 trials and then deletes the Experiment: at load 20 the
+    the first 60 of the 200 trials (25 in ``make test``: soak.py) and then deletes the
+    Experiment: at load 20 the
     operator, Kueue and kwok turn over about 0.5 trials a second (all 200 took 6 min),
     and the window's bound is the same at trial 60 as at trial 200."""
     core, custom = api
     team_a = teams[0]
-    window, played = 3, 60
+    window, played = 3, size(quick=25, full=60)
     create(custom, team_a, {**example("team-a.yaml", maxTrials=200, parallelism=4, admissionWindow=window),
                             "metadata": {"name": "many"}})
     players = Players(core, custom, tmp_path, {"many": team_a})

@@ -2,7 +2,7 @@
 SIGKILL the leader mid-run and the standby takes over within 15 s, with no trial
 lost, duplicated or orphaned.  And (issue 25, N7) an Experiment at parallelism 1,000 on a
 cluster with room for two of its trials costs the leader neither its Lease nor its
-liveness."""
+liveness (300 trials in ``make test``: soak.py)."""
 from __future__ import annotations
 
 import threading
@@ -13,11 +13,13 @@ import pytest
 from k8s_helpers import GROUP, VERSION, create, experiment, experiment_gone, get_experiment, trials, wait_condition
 from kube_fixtures import wait_for
 from lifecycle_helpers import Replica, http_status, lease_holder, named_actors
+from soak import size, soak
 from test_recovery import LOSS, RESUMABLE, assert_history_is_the_functions, column
 
 pytestmark = pytest.mark.integration
 
 FAILOVER_LIMIT_S = 15.0
+WIDE = size(quick=300, full=1000)     # trials queued at once behind two running
 
 
 @pytest.fixture
@@ -117,7 +119,8 @@ def lease(kube_cluster, namespace: str):
         return kubernetes.client.CoordinationV1Api(client).read_namespaced_lease("kt", namespace).spec
 
 
-def test_a_thousand_queued_trials_cost_the_leader_neither_lease_nor_liveness(
+@soak
+def test_a_wide_queue_of_trials_costs_the_leader_neither_lease_nor_liveness(
         replicas, kube_cluster, experiments_api, namespace):
     leader, standby = replicas
     leader.start()
@@ -126,20 +129,21 @@ def test_a_thousand_queued_trials_cost_the_leader_neither_lease_nor_liveness(
     wait_for(lambda: standby.status("/healthz") == 200, timeout=180, message="the standby's health endpoint")
     before = lease(kube_cluster, namespace)
     api = experiments_api
-    # 4 CPUs a trial on the session's 8-CPU head: two run, 998 wait in the ledger's queue
-    create(api, namespace, experiment("wide", budget={"maxTrials": 1000, "parallelism": 1000},
+    # 4 CPUs a trial on the session's 8-CPU head: two run, the others wait in the ledger's queue
+    create(api, namespace, experiment("wide", budget={"maxTrials": WIDE, "parallelism": WIDE},
                                       trial={"resources": {"cpu": 4}, "config": {"iterations": 3}}))
 
     def counts():
         return (get_experiment(api, namespace, "wide").get("status") or {}).get("trialCounts") or {}
     started = time.monotonic()
     with Probes(kube_cluster, namespace, replicas) as probes:
-        # every one of the 1,000 trials created and queued, and the queue moving
-        wait_for(lambda: sum(counts().values()) >= 1000 and counts().get("succeeded", 0) >= 4,
-                 timeout=420, interval=2, message="1,000 trials created and 4 done")
-    print(f"1,000 trials created, 4 done in {time.monotonic() - started:.0f} s")
+        # every one of the trials created and queued, and the queue moving
+        # (and the kubelet's probes asked for 10 s or more: a judgement, not a lucky sample)
+        wait_for(lambda: sum(counts().values()) >= WIDE and counts().get("succeeded", 0) >= 4
+                 and probes.asked > 20, timeout=420, interval=2, message=f"{WIDE} trials created and 4 done")
+    print(f"{WIDE} trials created, 4 done in {time.monotonic() - started:.0f} s")
     after = lease(kube_cluster, namespace)
-    print(f"1,000 trials: {probes.asked} liveness probes, {len(probes.failed)} not 200 {probes.failed} (longest run "
+    print(f"{WIDE} trials: {probes.asked} liveness probes, {len(probes.failed)} not 200 {probes.failed} (longest run "
           f"{probes.longest}); holders {probes.holders}")
     assert probes.holders == {"a"}, probes.holders
     assert (after.holder_identity, after.lease_transitions, after.acquire_time) == \

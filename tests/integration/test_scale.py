@@ -1,11 +1,15 @@
-"""Scale (issue 26): 20 Experiments across 4 namespaces, 200 tiny trials in all, and beside
-them one Experiment of 800 one-result trials at parallelism 32 in a namespace of its own
-(the scale bench's ``big`` shape): 1,000 trials on one operator and one small shared Ray
-(40 slots for the 72 the Experiments ask for).  The operator is SIGKILLed when half of
-the 20 Experiments' trials finished (the big one then part done: its namespace gets a
-fifth of the cluster while the five namespaces all wait), and started again.  (The
-issue's 1,000 trials as one big Experiment beside the 20: alone on the cluster it runs
-~10 trials/s here, where the 20 small ones run ~2-4.)
+"""Scale (issue 26): many small Experiments across namespaces and, beside them, one big
+Experiment of one-result trials in a namespace of its own (the scale bench's ``big``
+shape), on one operator and one small shared Ray with fewer slots than the Experiments
+ask for.  Full size (``make soak``): 20 Experiments across 4 namespaces, 200 tiny trials
+in all, and a big one of 800 trials at parallelism 32: 1,000 trials, 40 slots for the 72
+asked for.  Quick size (``make test``, soak.py): 8 Experiments across 2 namespaces, 40
+trials, and a big one of 200 at parallelism 16: 20 slots for the 32 asked for.  The
+operator is SIGKILLed when half of the small Experiments' trials finished (the big one
+then part done: it gets its namespace's share of the cluster while all the
+namespaces wait), and started again.  (At full size, the issue's 1,000 trials as one big
+Experiment beside the 20: alone on the cluster it runs ~10 trials/s here, where the 20
+small ones run ~2-4.)
 
 Correctness only, never timing (the figures are ``python -m kubetune.bench.scale``'s,
 which applies, observes and checks with the same code, kubetune.bench.scale):
@@ -15,10 +19,11 @@ which applies, observes and checks with the same code, kubetune.bench.scale):
 - no Experiment starved: while an Experiment had trials waiting and fewer running than
   its parallelism, the trials of other Experiments that completed before it started one
   (fairness.starvation: the order of the trials' own start and end times, no duration)
-  stay under three quarters of what could have: among the 20 alike Experiments,
-  ``STARVATION_BOUND`` of their 200; counting the big one's too, three quarters of all the
-  others' trials (an Experiment served only after the others waits for all of them);
-- a finished Trial carries no managedFields (controller/managed_fields.py), at 1,000."""
+  stay under three quarters of what could have: among the alike small Experiments,
+  ``STARVATION_BOUND`` of their trials; counting the big one's too, three quarters of
+  all the others' trials (an Experiment served only after the others waits for all of
+  them);
+- a finished Trial carries no managedFields (controller/managed_fields.py), at any size."""
 from __future__ import annotations
 
 import secrets
@@ -27,6 +32,7 @@ import time
 import pytest
 
 from kube_fixtures import wait_for
+from soak import size, soak
 from operator_fixtures import OperatorProcess
 from recovery_fixtures import RestartableRay
 from kubetune.bench.scale import checks, fairness, shapes
@@ -34,10 +40,12 @@ from kubetune.bench.scale.observe import Observer, list_all
 
 pytestmark = pytest.mark.integration
 
-EXPERIMENTS, NAMESPACES, TRIALS, PARALLELISM, CPU = 20, 4, 10, 2, 0.05
-BIG_TRIALS, BIG_PARALLELISM = 800, 32
-RAY_CPUS = 2                           # 40 slots of 0.05: fewer than the 72 asked for
-# Fair shares start an Experiment's trial about every 20 completions; the longest waits
+PARALLELISM, CPU = 2, 0.05
+EXPERIMENTS, NAMESPACES, TRIALS = size(quick=(8, 2, 5), full=(20, 4, 10))
+BIG_TRIALS, BIG_PARALLELISM = size(quick=(200, 16), full=(800, 32))
+# slots of 0.05 CPU: 20 for the 32 asked for (quick), 40 for the 72 (full)
+RAY_CPUS = size(quick=1, full=2)
+# At full size, fair shares start an Experiment's trial about every 20 completions; the longest waits
 # seen among the 20 were 43-59, and 86-120 when an operator restart restored some
 # Experiments last (with the big one beside them: 61-62 among the 20, 72-85 counting its
 # trials too, and 29-34 for the big one). An Experiment served only after the others
@@ -66,13 +74,13 @@ def starved_beyond(planned: list[shapes.Planned], runs: list[fairness.Runs], kil
     among_many = fairness.starvation([r for r in runs if r.key in many])
     streaks = fairness.starvation_streaks(runs)
     overall = {key: streak.completions for key, streak in streaks.items()}
-    print(f"longest starvation among the 20 (other trials' completions): {sorted(among_many.items())}")
+    print(f"longest starvation among the {EXPERIMENTS} (other trials' completions): {sorted(among_many.items())}")
     print(f"longest starvation counting every Experiment: {sorted(overall.items())}")
     first_apply = min(r.applied for r in runs)
     for key, streak in sorted(streaks.items()):      # when: around the restart, or steady
         print(f"  {key}: {streak.completions} from {streak.since - first_apply:.1f} s to "
               f"{streak.until - first_apply:.1f} s after the first apply (SIGKILL at {killed_at - first_apply:.1f} s)")
-    return ([f"{key}: {n} of the 20 Experiments' trials (bound {STARVATION_BOUND})"
+    return ([f"{key}: {n} of the {EXPERIMENTS} Experiments' trials (bound {STARVATION_BOUND})"
              for key, n in among_many.items() if n > STARVATION_BOUND]
             + [f"{key}: {n} of all the others' trials (bound {(total - own[key]) * 3 // 4})"
                for key, n in overall.items() if n > (total - own[key]) * 3 // 4])
@@ -83,8 +91,9 @@ def with_managed_fields(custom, namespaces: list[str]) -> list[str]:
             for trial in list_all(custom, "trials", namespace=namespace)[0] if trial["metadata"].get("managedFields")]
 
 
-@pytest.mark.timeout(1200)    # 302 s alone; 545-600+ s late in a whole-suite run (its own waits are bounded)
-def test_twenty_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_an_operator_sigkill(
+@soak
+@pytest.mark.timeout(1200)    # full size: 302 s alone, 545-600+ s late in a whole-suite run (its waits are bounded)
+def test_many_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_an_operator_sigkill(
         kube_cluster, small_ray, tmp_path):
     prefix = f"kt-scale-{secrets.token_hex(3)}"
     many = shapes.many(experiments=EXPERIMENTS, namespaces=NAMESPACES, trials=TRIALS, reports=1,
@@ -109,7 +118,7 @@ def test_twenty_experiments_and_a_big_one_share_one_ray_and_lose_nothing_across_
 
             wait_for(lambda: observer.trials_finished(many_keys) >= many_total // 2
                      and observer.trials_finished([big.key]) > 0, timeout=900, interval=0.2,
-                     message=f"half of the 20 Experiments' {many_total} trials and some of the big one's finished")
+                     message=f"half of the {EXPERIMENTS} Experiments' {many_total} trials and some of the big one's finished")
             operator.kill()
             killed_at = time.time()
             at_kill = (observer.trials_finished(many_keys), observer.trials_finished([big.key]))
