@@ -34,6 +34,7 @@ test: $(STAMP) postgres chromium
 # runs them at a quick size. About 25 minutes on 2 cores.
 soak: $(STAMP) postgres
 	$(BIN)/kubetune devcluster build
+	$(BIN)/python -m compileall -q operator > /dev/null
 	KUBETUNE_TEST_SIZE=full $(BIN)/python -m pytest tests/integration -q -ra -m soak --durations=10
 
 unit: $(STAMP)

@@ -183,7 +183,7 @@ def test_operator_killed_again_and_again_loses_nothing_and_restarts_no_trial(ope
         assert trial["status"]["attempt"] == 0 and not trial["status"].get("failures")
         assert set(column(trial, "attempt")) == {0}
         assert len(set(column(trial, "pid"))) == 1, trial["metadata"]["name"]
-    assert len(running_at_kill) >= kills * 4 // 5
+    assert len(running_at_kill) >= 8      # trials, not kills: the kill points fall in different waves
     assert done["status"]["trialCounts"]["succeeded"] == count
 
     # the results store holds every result once, whatever the kills (kubetune.results)

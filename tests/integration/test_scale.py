@@ -53,7 +53,7 @@ RAY_CPUS = size(quick=1, full=2)
 # fails. The bound sits between the two, at three quarters, so a loaded CI machine's
 # restart order cannot fail a run the benchmark would call fair (its figures are
 # bench.scale's to report, not this test's).
-STARVATION_BOUND = EXPERIMENTS * TRIALS * 3 // 4
+STARVATION_BOUND = (EXPERIMENTS - 1) * TRIALS * 3 // 4     # 26 of 35 (quick), 142 of 190 (full)
 
 
 @pytest.fixture
