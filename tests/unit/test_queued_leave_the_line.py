@@ -94,3 +94,35 @@ def test_a_queued_trial_of_a_deleted_experiment_leaves_the_line_while_its_cleanu
         asyncio.run(state.delete("ns", "e", body))
     assert ("ns", "e") in state.controllers
     room_goes_to_the_other_experiment(ledger, runner, launched, queued)
+
+
+def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_line():
+    """stop() takes the queued trials out of the line; a cycle that was awaiting the poll
+    then must not step again (that step put them back, with nobody left to try them)."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = full_ledger()
+    runner, launched, queued = two_running_one_queued(ledger)
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+
+    class Platform:          # the cycle's platform calls, on the test's ledger
+        def __init__(self):
+            self.ledger = ledger
+
+        async def refresh_capacity(self):
+            return None
+
+    async def nothing(*_):
+        return False
+
+    async def poll_then_stop():     # the Experiment deleted while the poll awaited Ray
+        controller.stop()
+        return True
+    controller.ctx.platform = Platform()
+    controller.runs.reconcile = nothing
+    controller.effects.apply = nothing
+    controller.pump.poll_running = poll_then_stop
+    asyncio.run(controller._step_and_poll())
+    assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle put its trial back in line"
