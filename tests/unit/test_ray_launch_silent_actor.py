@@ -289,3 +289,28 @@ def test_a_worker_this_operator_made_never_holds_back_another_launch_while_it_st
     other = slots.launch(request("ns/exp/exp-4"))     # was: LaunchDeferred, on our own worker
     assert not other.attached and fake.created == [KEY, "ns/exp/exp-4"]
     assert fake.killed == []
+
+
+def test_a_launch_deferred_longer_than_the_trial_timeout_does_not_time_the_trial_out():
+    """spec.trial.timeout counts a run, not the wait for a silent actor (up to 10 min)."""
+    from kubetune.controller.experiment import ExperimentController
+    from unit_helpers import make_runner, make_spec
+    store, clock = MemoryStore(), [1.0]
+    spec = make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"timeout": "1m"})
+    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
+                                      body=lambda: body, clock=lambda: clock[0])
+    runner = make_runner(spec)
+    controller.ctx.spec, controller.ctx.runner = spec, runner
+    decisions = runner.step(clock[0])
+    (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
+    platform = controller.ctx.platform = DeferringPlatform()
+
+    async def scenario() -> None:
+        await controller.effects.apply(decisions)
+        while clock[0] < 600.0:           # deferred for 10 min, retried on the controller's clock
+            clock[0] += 20.0
+            await controller.effects.apply(runner.step(clock[0]))
+            assert runner.trials[name].phase is TrialPhase.RUNNING, runner.trials[name].failure_log
+        assert len(platform.starts) > 2 and name in controller.effects.pending()
+    asyncio.run(scenario())

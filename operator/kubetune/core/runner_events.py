@@ -84,6 +84,15 @@ class TrialEvents:
             trial.attempt_start = now
         return []
 
+    def on_launch_deferred(self, name: str, now: float) -> None:
+        """The platform deferred the launch (``LaunchDeferred``): nothing of it runs yet, so
+        for spec.trial.timeout its run starts no earlier than now (again at each deferral,
+        and at the launch that goes out: ``on_trial_launched``).  A deferral may last up to
+        the silent-actor bound (10 min): counted, it ended a never-run trial TimedOut."""
+        trial = self._trials.get(name)
+        if trial is not None and trial.phase is RUNNING:
+            trial.attempt_start = now
+
     def _record_objective(self, trial: TrialInfo, metrics: Mapping[str, Any], iteration: int) -> float | None:
         """The one update of a trial's values from a result: the latest value of every
         tracked metric, the last and best objective, the study's intermediate value.
