@@ -126,3 +126,39 @@ def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_lin
     controller.pump.poll_running = poll_then_stop
     asyncio.run(controller._step_and_poll())
     assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle put its trial back in line"
+
+
+def test_a_trial_queued_again_by_the_poll_that_saw_the_stop_leaves_the_line_too():
+    """The poll under way when stop() came hands its updates on: a failed trial's retry
+    asks for room again (on_trial_errored, then a launch the ledger refuses).  The cycle
+    ends with it out of the line, since nobody is left to try it."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = full_ledger()
+    runner, launched, queued = two_running_one_queued(ledger)
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+
+    class Platform:
+        def __init__(self):
+            self.ledger = ledger
+
+        async def refresh_capacity(self):
+            return None
+
+    async def nothing(*_):
+        return False
+
+    async def stop_then_requeue():
+        controller.stop()
+        assert not ledger.is_waiting(f"ns/e/{queued}")
+        runner.step(1.0)              # as the poll's events do: the queued trial asks again
+        assert ledger.is_waiting(f"ns/e/{queued}"), "the scenario did not put the trial back in line"
+        return True
+    controller.ctx.platform = Platform()
+    controller.runs.reconcile = nothing
+    controller.effects.apply = nothing
+    controller.pump.poll_running = stop_then_requeue
+    asyncio.run(controller._step_and_poll())
+    assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle left its trial in line"

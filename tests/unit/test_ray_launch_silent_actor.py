@@ -292,11 +292,13 @@ def test_a_worker_this_operator_made_never_holds_back_another_launch_while_it_st
 
 
 def test_a_launch_deferred_longer_than_the_trial_timeout_does_not_time_the_trial_out():
-    """spec.trial.timeout counts a run, not the wait for a silent actor (up to 10 min)."""
+    """spec.trial.timeout counts a run, not the wait for a silent actor (up to 10 min),
+    whatever the timeout (shorter than the 30 s the retries back off to, here), and the
+    Trial is not rewritten for it at each retry; once the launch goes out, it counts."""
     from kubetune.controller.experiment import ExperimentController
     from unit_helpers import make_runner, make_spec
     store, clock = MemoryStore(), [1.0]
-    spec = make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"timeout": "1m"})
+    spec = make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"timeout": "10s"})
     body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
     controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
                                       body=lambda: body, clock=lambda: clock[0])
@@ -308,9 +310,20 @@ def test_a_launch_deferred_longer_than_the_trial_timeout_does_not_time_the_trial
 
     async def scenario() -> None:
         await controller.effects.apply(decisions)
+        decided_start = runner.trials[name].attempt_start
         while clock[0] < 600.0:           # deferred for 10 min, retried on the controller's clock
             clock[0] += 20.0
             await controller.effects.apply(runner.step(clock[0]))
             assert runner.trials[name].phase is TrialPhase.RUNNING, runner.trials[name].failure_log
+            assert runner.trials[name].attempt_start == decided_start     # nothing to rewrite
         assert len(platform.starts) > 2 and name in controller.effects.pending()
+        platform.defer = False            # the launch goes out: the run, and its timeout, start now
+        while name in controller.effects.pending():
+            clock[0] += 20.0
+            await controller.effects.apply(runner.step(clock[0]))
+        launched_at = clock[0]
+        assert runner.trials[name].attempt_start == launched_at and runner.trials[name].phase is TrialPhase.RUNNING
+        clock[0] += 11.0
+        await controller.effects.apply(runner.step(clock[0]))
+        assert runner.trials[name].failure_log[-1]["reason"] == "TimedOut", runner.trials[name].failure_log
     asyncio.run(scenario())

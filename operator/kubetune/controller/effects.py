@@ -190,7 +190,7 @@ class EffectQueue:
             await ctx.platform.start(request)
         except LaunchDeferred as deferred:     # the trial waits, Queued, and its launch stays queued
             self._deferred.add(decision.name)
-            ctx.runner.on_launch_deferred(decision.name, now)
+            ctx.runner.on_launch_deferred(decision.name)
             self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred))   # capped by LaunchDeferred
             raise
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours

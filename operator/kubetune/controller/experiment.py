@@ -312,6 +312,9 @@ class ExperimentController:
                 raise
             metrics.reconcile_error(ctx.platform.unavailable_condition)
             ctx.platform.mark_unavailable(error)
+        finally:
+            if self._stopping:      # stop() came during the cycle: what its events queued again
+                self._withdraw_queued()     # (a failed trial's retry, polled) leaves the line too
         return busy
 
     async def flush(self, *, force: bool = False) -> None:

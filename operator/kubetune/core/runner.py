@@ -292,12 +292,13 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         longer is stopped and its trial ends Failed with reason TimedOut.  It is not retried:
         maxFailures is for errors, and a run that hangs or is too slow would most likely do
         the same again; it counts toward maxFailedTrials as any failed trial.  Time spent
-        Paused or Queued does not count."""
+        Paused or Queued, or with the launch deferred by the platform, does not count."""
         timeout = self.spec.trial.timeout_s
         if timeout is None:
             return []
         decisions: list[Decision] = []
-        for trial in [t for t in self._active.values() if t.phase is RUNNING and t.name not in self._admissions]:
+        for trial in [t for t in self._active.values()
+                      if t.phase is RUNNING and t.name not in self._admissions and not t.launch_deferred]:
             if trial.attempt_start is None:      # restored from a Trial that did not record it
                 trial.attempt_start = now
             if now - trial.attempt_start >= timeout:
