@@ -327,3 +327,40 @@ def test_a_launch_deferred_longer_than_the_trial_timeout_does_not_time_the_trial
         await controller.effects.apply(runner.step(clock[0]))
         assert runner.trials[name].failure_log[-1]["reason"] == "TimedOut", runner.trials[name].failure_log
     asyncio.run(scenario())
+
+
+def test_a_trial_restored_while_its_launch_was_deferred_counts_its_run_from_the_restore():
+    """The deferral is not persisted as a flag (a restored trial's run may be re-adopted,
+    with no launch to clear it): the Trial says Queued, LaunchDeferred, and its run's clock
+    starts again at the restore instead of at the long-past decision."""
+    from kubetune.controller import render
+    from kubetune.core.types import StopTrial
+    from unit_helpers import make_runner, make_spec
+    spec = make_spec(budget={"maxTrials": 1}, trial={"timeout": "5m"})
+    runner = make_runner(spec)
+    runner.step(100.0)
+    trial = runner.trials["exp-0"]
+    runner.on_launch_deferred(trial.name)
+    status = {**render.trial_status(trial), "phase": "Queued", "reason": "LaunchDeferred",
+              "message": "waiting for actor kubetune-w-1 to say what it hosts", "launched": True}
+    restarted = make_runner(spec)
+    restarted.restore([render.trial_record({"metadata": {"name": trial.name},
+                                            "spec": {"index": trial.index, "parameters": trial.params},
+                                            "status": status})])
+    assert [d for d in restarted.step(100.0 + 360.0) if isinstance(d, StopTrial)] == []   # 6 min after the decision
+    assert [d.reason for d in restarted.step(100.0 + 360.0 + 300.0) if isinstance(d, StopTrial)] == ["TimedOut"]
+
+
+def test_a_new_attempt_of_a_deferred_trial_is_timed_again():
+    """Deferred, then retried (its cluster failed it): the new attempt is a new launch,
+    timed from its own start, not left flagged as deferred."""
+    from kubetune.core.types import StopTrial
+    from unit_helpers import make_runner, make_spec
+    runner = make_runner(make_spec(budget={"maxTrials": 1}, trial={"timeout": "1m", "maxFailures": 0}))
+    runner.step(0.0)
+    runner.on_launch_deferred("exp-0")
+    runner.on_trial_errored("exp-0", "launch failed: ConnectionError", 10.0, cluster_fault=True)
+    relaunched = [d for d in runner.step(20.0) if isinstance(d, LaunchTrial)]
+    assert [d.attempt for d in relaunched] == [1]
+    assert runner.trials["exp-0"].attempt_start == 20.0 and not runner.trials["exp-0"].launch_deferred
+    assert [d.reason for d in runner.step(81.0) if isinstance(d, StopTrial)] == ["TimedOut"]

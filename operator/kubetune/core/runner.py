@@ -254,7 +254,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if trial.queued_since is not None:
             trial.usage.add_queue(max(now - trial.queued_since, 0.0))
         trial.launched, trial.relaunch, trial.queued_since = True, False, None
-        trial.attempt_start = now
+        trial.attempt_start, trial.launch_deferred = now, False     # a new launch: not deferred (yet)
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
         trial.iteration = start_iteration
         if trial.last_metrics is not None and trial.last_metrics.get("iteration", 0) > start_iteration:
