@@ -128,10 +128,10 @@ def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_lin
     assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle put its trial back in line"
 
 
-def test_a_trial_queued_again_by_the_poll_that_saw_the_stop_leaves_the_line_too():
-    """The poll under way when stop() came hands its updates on: a failed trial's retry
-    asks for room again (on_trial_errored, then a launch the ledger refuses).  The cycle
-    ends with it out of the line, since nobody is left to try it."""
+def test_the_poll_that_saw_the_stop_puts_no_trial_back_in_line():
+    """The poll under way when stop() came hands its updates on, and its events step the
+    runner: a queued trial (or a failed one's retry) would ask for room again, with
+    nobody left to try it.  The stopped runner asks for none."""
     from kubetune.controller.experiment import ExperimentController
     ledger = full_ledger()
     runner, launched, queued = two_running_one_queued(ledger)
@@ -150,15 +150,33 @@ def test_a_trial_queued_again_by_the_poll_that_saw_the_stop_leaves_the_line_too(
     async def nothing(*_):
         return False
 
-    async def stop_then_requeue():
+    async def stop_then_step():
         controller.stop()
         assert not ledger.is_waiting(f"ns/e/{queued}")
-        runner.step(1.0)              # as the poll's events do: the queued trial asks again
-        assert ledger.is_waiting(f"ns/e/{queued}"), "the scenario did not put the trial back in line"
+        assert of_type(runner.step(1.0), LaunchTrial) == []    # as the poll's events step it
         return True
     controller.ctx.platform = Platform()
     controller.runs.reconcile = nothing
     controller.effects.apply = nothing
-    controller.pump.poll_running = stop_then_requeue
+    controller.pump.poll_running = stop_then_step
     asyncio.run(controller._step_and_poll())
     assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle left its trial in line"
+
+
+def test_a_retry_polled_after_its_controller_stopped_launches_nothing_and_takes_no_room():
+    """A failed trial's update handled after stop() (the cycle was awaiting the poll):
+    its retry neither launches nor holds or waits for room in the shared ledger, which
+    nobody would give back (and a same-named Experiment created next could not acquire
+    its trial's key).  stop() is the controller's; here its runner's part, close()."""
+    ledger = cpu_ledger(6)
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 1}, "maxFailures": 3})
+    runner = make_runner(spec, ledger, name="e", owner="ns/e/")
+    launched = [d.name for d in of_type(runner.step(0.0), LaunchTrial)]
+    for name in launched:
+        runner.on_trial_launched(name, 0.0)
+    assert len(launched) == 2
+    runner.close()
+    ledger.release(f"ns/e/{launched[0]}")        # its run ended: the platform gave its room back
+    decisions = runner.on_trial_errored(launched[0], "boom", 1.0) + runner.step(1.0)
+    assert of_type(decisions, LaunchTrial) == []
+    assert not ledger.holds(f"ns/e/{launched[0]}") and not ledger.is_waiting(f"ns/e/{launched[0]}")

@@ -172,6 +172,8 @@ class EffectQueue:
 
     async def launch(self, decision: LaunchTrial) -> None:
         ctx = self.ctx
+        if ctx.runner.closed:     # the controller stopped mid-apply: nothing more starts; what
+            return                # the trial holds is given back with the Experiment's others
         trial = ctx.runner.trials.get(decision.name)
         if decision.name in self._deferred and (trial is None or trial.phase is not TrialPhase.RUNNING
                                                 or trial.attempt != decision.attempt):

@@ -177,9 +177,10 @@ class ExperimentController:
 
     def _withdraw_queued(self) -> None:
         """Its queued trials will not be tried: out of the shared ledger's line now, not once
-        a deletion's cleanup is done (which waits for every run to end)."""
+        a deletion's cleanup is done (which waits for every run to end); and its runner
+        launches and queues nothing more (TrialRunner.close)."""
         if self.ctx.runner is not None:
-            self.ctx.runner.withdraw_queued(self.ctx.runner.trials.values())
+            self.ctx.runner.close()
 
     def _unwatch(self) -> None:
         if self.ctx.platform is not None:
@@ -312,9 +313,6 @@ class ExperimentController:
                 raise
             metrics.reconcile_error(ctx.platform.unavailable_condition)
             ctx.platform.mark_unavailable(error)
-        finally:
-            if self._stopping:      # stop() came during the cycle: what its events queued again
-                self._withdraw_queued()     # (a failed trial's retry, polled) leaves the line too
         return busy
 
     async def flush(self, *, force: bool = False) -> None:

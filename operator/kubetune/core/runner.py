@@ -232,6 +232,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def _try_launch(self, trial: TrialInfo, now: float) -> list[Decision]:
         """Launch if the ledger grants every bundle; otherwise Queued with the reason."""
+        if self.closed:       # the controller stopped: nothing more starts (close())
+            return []
         if self.ledger is not None:
             owner = self.owner(trial.name)
             problem = self.ledger.feasibility(self._bundles)
