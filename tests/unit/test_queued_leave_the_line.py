@@ -154,6 +154,7 @@ def test_the_poll_that_saw_the_stop_puts_no_trial_back_in_line():
         controller.stop()
         assert not ledger.is_waiting(f"ns/e/{queued}")
         assert of_type(runner.step(1.0), LaunchTrial) == []    # as the poll's events step it
+        assert not ledger.is_waiting(f"ns/e/{queued}"), "the step after the stop put the trial back in line"
         return True
     controller.ctx.platform = Platform()
     controller.runs.reconcile = nothing
@@ -180,3 +181,34 @@ def test_a_retry_polled_after_its_controller_stopped_launches_nothing_and_takes_
     decisions = runner.on_trial_errored(launched[0], "boom", 1.0) + runner.step(1.0)
     assert of_type(decisions, LaunchTrial) == []
     assert not ledger.holds(f"ns/e/{launched[0]}") and not ledger.is_waiting(f"ns/e/{launched[0]}")
+
+
+def test_a_launch_applied_after_its_controller_stopped_starts_nothing():
+    """stop() came while the cycle applied its decisions (each launch awaits the platform):
+    a launch decided before the stop and applied after it starts no run."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = cpu_ledger(6)
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 1}})
+    runner = make_runner(spec, ledger, name="e", owner="ns/e/")
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+    started = []
+
+    class Platform:
+        def __init__(self):
+            self.ledger = ledger
+
+        def launch_waiting(self, request):
+            return None
+
+        async def start(self, request):
+            started.append(request.trial_key)
+    controller.ctx.platform = Platform()
+    first, second = of_type(runner.step(0.0), LaunchTrial)
+    asyncio.run(controller.effects.launch(first))
+    assert started == ["ns/e/" + first.name], "the scenario's platform did not start a launch"
+    controller.stop()
+    asyncio.run(controller.effects.launch(second))
+    assert started == ["ns/e/" + first.name], "a launch applied after stop() started a run"

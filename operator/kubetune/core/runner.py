@@ -176,6 +176,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def step(self, now: float) -> list[Decision]:
         """Finish checks, then create trials up to the budget, then launch what fits."""
+        if self.closed:       # the controller stopped: no trial created or launched (close())
+            return []
         decisions = self._check_finished(now)
         if self.finished:
             return decisions
