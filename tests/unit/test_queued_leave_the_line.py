@@ -94,3 +94,121 @@ def test_a_queued_trial_of_a_deleted_experiment_leaves_the_line_while_its_cleanu
         asyncio.run(state.delete("ns", "e", body))
     assert ("ns", "e") in state.controllers
     room_goes_to_the_other_experiment(ledger, runner, launched, queued)
+
+
+def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_line():
+    """stop() takes the queued trials out of the line; a cycle that was awaiting the poll
+    then must not step again (that step put them back, with nobody left to try them)."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = full_ledger()
+    runner, launched, queued = two_running_one_queued(ledger)
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+
+    class Platform:          # the cycle's platform calls, on the test's ledger
+        def __init__(self):
+            self.ledger = ledger
+
+        async def refresh_capacity(self):
+            return None
+
+    async def nothing(*_):
+        return False
+
+    async def poll_then_stop():     # the Experiment deleted while the poll awaited Ray
+        controller.stop()
+        return True
+    controller.ctx.platform = Platform()
+    controller.runs.reconcile = nothing
+    controller.effects.apply = nothing
+    controller.pump.poll_running = poll_then_stop
+    asyncio.run(controller._step_and_poll())
+    assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle put its trial back in line"
+
+
+def test_the_poll_that_saw_the_stop_puts_no_trial_back_in_line():
+    """The poll under way when stop() came hands its updates on, and its events step the
+    runner: a queued trial (or a failed one's retry) would ask for room again, with
+    nobody left to try it.  The stopped runner asks for none."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = full_ledger()
+    runner, launched, queued = two_running_one_queued(ledger)
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+
+    class Platform:
+        def __init__(self):
+            self.ledger = ledger
+
+        async def refresh_capacity(self):
+            return None
+
+    async def nothing(*_):
+        return False
+
+    async def stop_then_step():
+        controller.stop()
+        assert not ledger.is_waiting(f"ns/e/{queued}")
+        assert of_type(runner.step(1.0), LaunchTrial) == []    # as the poll's events step it
+        assert not ledger.is_waiting(f"ns/e/{queued}"), "the step after the stop put the trial back in line"
+        return True
+    controller.ctx.platform = Platform()
+    controller.runs.reconcile = nothing
+    controller.effects.apply = nothing
+    controller.pump.poll_running = stop_then_step
+    asyncio.run(controller._step_and_poll())
+    assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle left its trial in line"
+
+
+def test_a_retry_polled_after_its_controller_stopped_launches_nothing_and_takes_no_room():
+    """A failed trial's update handled after stop() (the cycle was awaiting the poll):
+    its retry neither launches nor holds or waits for room in the shared ledger, which
+    nobody would give back (and a same-named Experiment created next could not acquire
+    its trial's key).  stop() is the controller's; here its runner's part, close()."""
+    ledger = cpu_ledger(6)
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 1}, "maxFailures": 3})
+    runner = make_runner(spec, ledger, name="e", owner="ns/e/")
+    launched = [d.name for d in of_type(runner.step(0.0), LaunchTrial)]
+    for name in launched:
+        runner.on_trial_launched(name, 0.0)
+    assert len(launched) == 2
+    runner.close()
+    ledger.release(f"ns/e/{launched[0]}")        # its run ended: the platform gave its room back
+    decisions = runner.on_trial_errored(launched[0], "boom", 1.0) + runner.step(1.0)
+    assert of_type(decisions, LaunchTrial) == []
+    assert not ledger.holds(f"ns/e/{launched[0]}") and not ledger.is_waiting(f"ns/e/{launched[0]}")
+
+
+def test_a_launch_applied_after_its_controller_stopped_starts_nothing():
+    """stop() came while the cycle applied its decisions (each launch awaits the platform):
+    a launch decided before the stop and applied after it starts no run."""
+    from kubetune.controller.experiment import ExperimentController
+    ledger = cpu_ledger(6)
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 1}})
+    runner = make_runner(spec, ledger, name="e", owner="ns/e/")
+    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
+                                      body=lambda: body, clock=lambda: 1.0)
+    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
+    started = []
+
+    class Platform:
+        def __init__(self):
+            self.ledger = ledger
+
+        def launch_waiting(self, request):
+            return None
+
+        async def start(self, request):
+            started.append(request.trial_key)
+    controller.ctx.platform = Platform()
+    first, second = of_type(runner.step(0.0), LaunchTrial)
+    asyncio.run(controller.effects.launch(first))
+    assert started == ["ns/e/" + first.name], "the scenario's platform did not start a launch"
+    controller.stop()
+    asyncio.run(controller.effects.launch(second))
+    assert started == ["ns/e/" + first.name], "a launch applied after stop() started a run"

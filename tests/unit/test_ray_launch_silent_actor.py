@@ -289,3 +289,78 @@ def test_a_worker_this_operator_made_never_holds_back_another_launch_while_it_st
     other = slots.launch(request("ns/exp/exp-4"))     # was: LaunchDeferred, on our own worker
     assert not other.attached and fake.created == [KEY, "ns/exp/exp-4"]
     assert fake.killed == []
+
+
+def test_a_launch_deferred_longer_than_the_trial_timeout_does_not_time_the_trial_out():
+    """spec.trial.timeout counts a run, not the wait for a silent actor (up to 10 min),
+    whatever the timeout (shorter than the 30 s the retries back off to, here), and the
+    Trial is not rewritten for it at each retry; once the launch goes out, it counts."""
+    from kubetune.controller.experiment import ExperimentController
+    from unit_helpers import make_runner, make_spec
+    store, clock = MemoryStore(), [1.0]
+    spec = make_spec(budget={"maxTrials": 1, "parallelism": 1}, trial={"timeout": "10s"})
+    body = {"metadata": {"name": "exp", "uid": "E"}, "spec": {}}
+    controller = ExperimentController(namespace="ns", name="exp", store=store, registry=None,
+                                      body=lambda: body, clock=lambda: clock[0])
+    runner = make_runner(spec)
+    controller.ctx.spec, controller.ctx.runner = spec, runner
+    decisions = runner.step(clock[0])
+    (name,) = [d.name for d in decisions if isinstance(d, LaunchTrial)]
+    platform = controller.ctx.platform = DeferringPlatform()
+
+    async def scenario() -> None:
+        await controller.effects.apply(decisions)
+        decided_start = runner.trials[name].attempt_start
+        while clock[0] < 600.0:           # deferred for 10 min, retried on the controller's clock
+            clock[0] += 20.0
+            await controller.effects.apply(runner.step(clock[0]))
+            assert runner.trials[name].phase is TrialPhase.RUNNING, runner.trials[name].failure_log
+            assert runner.trials[name].attempt_start == decided_start     # nothing to rewrite
+        assert len(platform.starts) > 2 and name in controller.effects.pending()
+        platform.defer = False            # the launch goes out: the run, and its timeout, start now
+        while name in controller.effects.pending():
+            clock[0] += 20.0
+            await controller.effects.apply(runner.step(clock[0]))
+        launched_at = clock[0]
+        assert runner.trials[name].attempt_start == launched_at and runner.trials[name].phase is TrialPhase.RUNNING
+        clock[0] += 11.0
+        await controller.effects.apply(runner.step(clock[0]))
+        assert runner.trials[name].failure_log[-1]["reason"] == "TimedOut", runner.trials[name].failure_log
+    asyncio.run(scenario())
+
+
+def test_a_trial_restored_while_its_launch_was_deferred_counts_its_run_from_the_restore():
+    """The deferral is not persisted as a flag (a restored trial's run may be re-adopted,
+    with no launch to clear it): the Trial says Queued, LaunchDeferred, and its run's clock
+    starts again at the restore instead of at the long-past decision."""
+    from kubetune.controller import render
+    from kubetune.core.types import StopTrial
+    from unit_helpers import make_runner, make_spec
+    spec = make_spec(budget={"maxTrials": 1}, trial={"timeout": "5m"})
+    runner = make_runner(spec)
+    runner.step(100.0)
+    trial = runner.trials["exp-0"]
+    runner.on_launch_deferred(trial.name)
+    status = {**render.trial_status(trial), "phase": "Queued", "reason": "LaunchDeferred",
+              "message": "waiting for actor kubetune-w-1 to say what it hosts", "launched": True}
+    restarted = make_runner(spec)
+    restarted.restore([render.trial_record({"metadata": {"name": trial.name},
+                                            "spec": {"index": trial.index, "parameters": trial.params},
+                                            "status": status})])
+    assert [d for d in restarted.step(100.0 + 360.0) if isinstance(d, StopTrial)] == []   # 6 min after the decision
+    assert [d.reason for d in restarted.step(100.0 + 360.0 + 300.0) if isinstance(d, StopTrial)] == ["TimedOut"]
+
+
+def test_a_new_attempt_of_a_deferred_trial_is_timed_again():
+    """Deferred, then retried (its cluster failed it): the new attempt is a new launch,
+    timed from its own start, not left flagged as deferred."""
+    from kubetune.core.types import StopTrial
+    from unit_helpers import make_runner, make_spec
+    runner = make_runner(make_spec(budget={"maxTrials": 1}, trial={"timeout": "1m", "maxFailures": 0}))
+    runner.step(0.0)
+    runner.on_launch_deferred("exp-0")
+    runner.on_trial_errored("exp-0", "launch failed: ConnectionError", 10.0, cluster_fault=True)
+    relaunched = [d for d in runner.step(20.0) if isinstance(d, LaunchTrial)]
+    assert [d.attempt for d in relaunched] == [1]
+    assert runner.trials["exp-0"].attempt_start == 20.0 and not runner.trials["exp-0"].launch_deferred
+    assert [d.reason for d in runner.step(81.0) if isinstance(d, StopTrial)] == ["TimedOut"]

@@ -172,6 +172,8 @@ class EffectQueue:
 
     async def launch(self, decision: LaunchTrial) -> None:
         ctx = self.ctx
+        if ctx.runner.closed:     # the controller stopped mid-apply: nothing more starts; what
+            return                # the trial holds is given back with the Experiment's others
         trial = ctx.runner.trials.get(decision.name)
         if decision.name in self._deferred and (trial is None or trial.phase is not TrialPhase.RUNNING
                                                 or trial.attempt != decision.attempt):
@@ -190,6 +192,7 @@ class EffectQueue:
             await ctx.platform.start(request)
         except LaunchDeferred as deferred:     # the trial waits, Queued, and its launch stays queued
             self._deferred.add(decision.name)
+            ctx.runner.on_launch_deferred(decision.name)
             self.status.note_waiting(decision.name, "LaunchDeferred", str(deferred))   # capped by LaunchDeferred
             raise
         except Exception as error:  # noqa: BLE001 - a failed launch is the trial's error, not ours

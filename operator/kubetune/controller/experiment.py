@@ -177,9 +177,10 @@ class ExperimentController:
 
     def _withdraw_queued(self) -> None:
         """Its queued trials will not be tried: out of the shared ledger's line now, not once
-        a deletion's cleanup is done (which waits for every run to end)."""
+        a deletion's cleanup is done (which waits for every run to end); and its runner
+        launches and queues nothing more (TrialRunner.close)."""
         if self.ctx.runner is not None:
-            self.ctx.runner.withdraw_queued(self.ctx.runner.trials.values())
+            self.ctx.runner.close()
 
     def _unwatch(self) -> None:
         if self.ctx.platform is not None:
@@ -295,13 +296,18 @@ class ExperimentController:
         try:
             await self.runs.reconcile(now)
             await ctx.platform.refresh_capacity()
+            if self._stopping:      # stop() came meanwhile (see below)
+                return busy
             busy |= await self.effects.apply(ctx.runner.step(now))
             if self.pump.unstored:
                 await self.pump.store_results_taken_before_restart()
             if await self.pump.poll_running():
                 busy = True
-                # fill the slots of trials that just ended now, not one cycle later
-                await self.effects.apply(ctx.runner.step(ctx.clock()))
+                # fill the slots of trials that just ended now, not one cycle later; unless
+                # stop() came during the poll: it took the queued trials out of the shared
+                # ledger's line, and a step would put them back, with nobody left to try them
+                if not self._stopping:
+                    await self.effects.apply(ctx.runner.step(ctx.clock()))
         except Exception as error:
             if not ctx.platform_fault(error):
                 raise

@@ -163,6 +163,9 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
     counted = sum(1 for f in failures if f.get("reason") not in NOT_COUNTED)
     last_value = status.get("lastObjective")
     phase = TrialPhase(status.get("phase", "Pending"))
+    # its launch was deferred (LaunchDeferred): nothing of it ran, and the time since the
+    # decision is not the run spec.trial.timeout counts; restored, its run counts from then
+    deferred = phase is TrialPhase.QUEUED and bool(status.get("launched")) and status.get("reason") == "LaunchDeferred"
     if phase is TrialPhase.QUEUED and status.get("launched"):
         # launched, and queued by the platform (controller/platform_queue.py): running to
         # the runner, and the platform's reason is not the trial's
@@ -185,7 +188,8 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
-        attempt_start=parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") else None,
+        attempt_start=(parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") and not deferred
+                       else None),
         latest_metrics=read_objective_values(status.get("objectiveValues")),
         failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
                           for f in failures),

@@ -176,6 +176,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def step(self, now: float) -> list[Decision]:
         """Finish checks, then create trials up to the budget, then launch what fits."""
+        if self.closed:       # the controller stopped: no trial created or launched (close())
+            return []
         decisions = self._check_finished(now)
         if self.finished:
             return decisions
@@ -232,6 +234,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def _try_launch(self, trial: TrialInfo, now: float) -> list[Decision]:
         """Launch if the ledger grants every bundle; otherwise Queued with the reason."""
+        if self.closed:       # the controller stopped: nothing more starts (close())
+            return []
         if self.ledger is not None:
             owner = self.owner(trial.name)
             problem = self.ledger.feasibility(self._bundles)
@@ -254,7 +258,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if trial.queued_since is not None:
             trial.usage.add_queue(max(now - trial.queued_since, 0.0))
         trial.launched, trial.relaunch, trial.queued_since = True, False, None
-        trial.attempt_start = now
+        trial.attempt_start, trial.launch_deferred = now, False     # a new launch: not deferred (yet)
         start_iteration = trial.checkpoint_iteration if trial.checkpoint else 0
         trial.iteration = start_iteration
         if trial.last_metrics is not None and trial.last_metrics.get("iteration", 0) > start_iteration:
@@ -292,12 +296,13 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         longer is stopped and its trial ends Failed with reason TimedOut.  It is not retried:
         maxFailures is for errors, and a run that hangs or is too slow would most likely do
         the same again; it counts toward maxFailedTrials as any failed trial.  Time spent
-        Paused or Queued does not count."""
+        Paused or Queued, or with the launch deferred by the platform, does not count."""
         timeout = self.spec.trial.timeout_s
         if timeout is None:
             return []
         decisions: list[Decision] = []
-        for trial in [t for t in self._active.values() if t.phase is RUNNING and t.name not in self._admissions]:
+        for trial in [t for t in self._active.values()
+                      if t.phase is RUNNING and t.name not in self._admissions and not t.launch_deferred]:
             if trial.attempt_start is None:      # restored from a Trial that did not record it
                 trial.attempt_start = now
             if now - trial.attempt_start >= timeout:

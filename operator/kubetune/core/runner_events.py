@@ -82,7 +82,19 @@ class TrialEvents:
             trial.start_time = now
         if trial is not None and started_now and trial.phase is RUNNING:
             trial.attempt_start = now
+        if trial is not None:
+            trial.launch_deferred = False
         return []
+
+    def on_launch_deferred(self, name: str) -> None:
+        """The platform deferred the launch (``LaunchDeferred``): nothing of it runs yet, and
+        the wait (up to the silent-actor bound, 10 min) is not the run spec.trial.timeout
+        counts.  The run's clock starts when the launch goes out (``on_trial_launched``).
+        A flag, not a moved ``attempt_start``: that rewrote the Trial at every retry and,
+        with retries backing off to 30 s, still timed out trials under a 30 s timeout."""
+        trial = self._trials.get(name)
+        if trial is not None and trial.phase is RUNNING:
+            trial.launch_deferred = True
 
     def _record_objective(self, trial: TrialInfo, metrics: Mapping[str, Any], iteration: int) -> float | None:
         """The one update of a trial's values from a result: the latest value of every

@@ -57,6 +57,16 @@ class SpecAndRestart:
                 decisions.append(TrialPhaseChanged(trial.name, PENDING, trial.reason, trial.message))
         return decisions
 
+    closed = False      # set by close(): the controller stopped
+
+    def close(self) -> None:
+        """The controller stops (the Experiment deleted or re-created): nothing more is
+        launched or joins the ledger's line.  A failed trial's retry, polled after the stop,
+        would take room (or hold a place in line) that nobody is left to use or give back,
+        and a same-named Experiment created next could not acquire its trial's key."""
+        self.closed = True
+        self.withdraw_queued(self._active.values())
+
     def withdraw_queued(self, trials: Iterable[TrialInfo]) -> None:
         """Queued ``trials`` this runner will not try now (its budget used up, no slot under
         ``parallelism``, the Experiment deleted) leave the ledger's line: a request that

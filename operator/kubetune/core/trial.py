@@ -45,6 +45,7 @@ class TrialInfo:
     queued_since: float | None = None
     start_time: float | None = None
     attempt_start: float | None = None         # when the current run was launched (trial.timeout)
+    launch_deferred: bool = False              # its launch is waiting on the platform (LaunchDeferred)
     completion_time: float | None = None
     # a platform queue (spec.queue): seconds it waited for admission, over how many
     # admissions, and how often the queue evicted (preempted) it

@@ -120,8 +120,11 @@ class ActorDiscovery:
         slot was recorded (it is known now, and hosts what its slot says), and while it is
         starting it must not hold back the Experiment's other launches, nor be killed as
         silent by one of them.  Callers hold the lock."""
+        candidates = [name for name in seen.probing if could_host(name, key)]
+        if not candidates:      # the common case: no set of every slot's worker built
+            return []
         own = {slot.worker.name for slot in self._slots.values()}
-        return [name for name in seen.probing if name not in own and could_host(name, key)]
+        return [name for name in candidates if name not in own]
 
     def end_silent(self, prefix: str, names: list[str], why: str) -> None:
         """Kill actors that never answered, and their placement groups (detached: they
