@@ -74,6 +74,9 @@ class ResultsWriter:
         self._writing = 0                  # rows taken by the thread, not yet written
         self._writing_bytes = 0
         self._suspects: list[tuple[Batch, int, float]] = []   # (one row, failed attempts, retry after)
+        # suspects the thread took out of that list to write again and has not yet written,
+        # set aside nor put back: still pending (flush waits for them)
+        self._retrying = 0
         self._owners: dict[str, str] = {}   # trial UID -> its Experiment's UID
         self._forgotten: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._to_delete: set[str] = set()   # Experiments whose stored rows are to go
@@ -140,7 +143,7 @@ class ResultsWriter:
         with self._lock:
             return len(self._results) + len(self._experiments) + len(self._trials) + len(self._failures) \
                 + len(self._usage) \
-                + self._writing + len(self._suspects)
+                + self._writing + len(self._suspects) + self._retrying
 
     @property
     def pending_bytes(self) -> int:
@@ -152,7 +155,7 @@ class ResultsWriter:
         ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._has_pending() or self._writing or self._suspects or self._to_delete:
+            while self._has_pending() or self._writing or self._suspects or self._retrying or self._to_delete:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -250,6 +253,7 @@ class ResultsWriter:
                     return
                 batch = self._take() if self._has_pending() else Batch()
                 suspects, self._suspects = self._due_suspects()
+                self._retrying = len(suspects)
                 deletions = set(self._to_delete)
             try:
                 store = self._opened()
@@ -258,6 +262,7 @@ class ResultsWriter:
                 with self._lock:
                     self._merge(batch, newer=False)
                     self._suspects += suspects
+                    self._retrying = 0
             else:
                 outage = self._write_isolating(store, batch)
                 if outage is None:
@@ -265,6 +270,7 @@ class ResultsWriter:
                 else:
                     with self._lock:
                         self._suspects += suspects
+                        self._retrying = 0
                 if outage is None:
                     outage = self._retention(store, deletions)
             with self._lock:
@@ -330,16 +336,24 @@ class ResultsWriter:
                 if is_outage(error):
                     with self._lock:
                         self._suspects += suspects[index:]
+                        self._retrying = 0
                     return error
-                self._refused(row, attempts + 1, error)
+                self._refused(row, attempts + 1, error, retried=True)
                 continue
             with self._lock:
+                self._retrying -= 1
                 self.written += len(row.results)
         return None
 
-    def _refused(self, single: Batch, attempts: int, error: Exception) -> None:
+    def _refused(self, single: Batch, attempts: int, error: Exception, *, retried: bool = False) -> None:
+        """A row the store refused alone: a suspect again, or set aside.  ``retried``: it
+        was one of the suspects being retried (``_retrying``), settled here under the lock."""
         row = only_row(single)
         with self._lock:
+            if retried:
+                self._retrying -= 1
+            if self._is_forgotten(row):   # its Experiment was deleted while the row was retried
+                return
             key = owner(row, self._owners)
             if attempts < ROW_ATTEMPTS:
                 due = time.monotonic() + RETRY_SECONDS[min(attempts - 1, len(RETRY_SECONDS) - 1)]

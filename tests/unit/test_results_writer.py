@@ -1,0 +1,112 @@
+"""A row the results store refuses is retried alone, then set aside against its own
+Experiment; until then the writer counts it as pending.  The store here is a fake
+that refuses one row the way PostgreSQL refuses a value past BIGINT (a DataError)."""
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from sqlalchemy import exc
+
+from kubetune.results import Batch, ResultRow
+from kubetune.results import writer as writer_module
+from kubetune.results.isolation import is_outage
+from kubetune.results.writer import ResultsWriter
+from unit_helpers import wait_for
+
+BAD_SEQ = 7
+
+
+def wrapped(error: Exception) -> exc.DBAPIError:
+    """``error`` as SQLAlchemy hands it to the writer (the class it picks by the driver's)."""
+    return exc.DBAPIError.instance("INSERT INTO kubetune_results ...", {}, error, psycopg.Error)
+
+
+class RefusingStore:
+    """Writes every batch without the row of seq BAD_SEQ and refuses any that holds it.
+    The row's first retry alone waits for ``release``: the test looks at the writer then."""
+
+    def __init__(self) -> None:
+        self.stored: list[int] = []
+        self.alone = 0                       # writes of the bad row by itself
+        self.retrying, self.release = threading.Event(), threading.Event()
+
+    def write(self, batch: Batch) -> None:
+        if any(row.seq == BAD_SEQ for row in batch.results):
+            if len(batch) == 1:
+                self.alone += 1
+                if self.alone == 2:
+                    self.retrying.set()
+                    self.release.wait(30)
+            raise wrapped(psycopg.errors.NumericValueOutOfRange("bigint out of range"))
+        self.stored += [row.seq for row in batch.results]
+
+    def delete_experiment(self, uid: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", (0.01,) * 6)
+
+
+def test_a_refused_row_being_retried_is_still_pending_until_it_is_set_aside(fast_retries):
+    # Before: the thread took the due refused rows out of its list to retry them, and
+    # while it did, flush() saw nothing pending and returned: the PostgreSQL test then
+    # found the rows neither stored nor rejected (under load, where a retry is slow).
+    store = RefusingStore()
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(Batch(results=[ResultRow("A/exp-0", seq, seq, {"loss": 1.0}) for seq in range(20)]))
+        wait_for(store.retrying.is_set)
+        assert writer.flush(timeout=0.2) is False and writer.pending == 1
+        assert writer.rejection("A") is None
+        store.release.set()
+        assert writer.flush(timeout=30)
+        rejected = writer.rejection("A")
+        assert rejected is not None and rejected.rows == 1 and rejected.kinds == ("DataError",)
+        assert store.alone == writer_module.ROW_ATTEMPTS
+        assert sorted(store.stored) == [seq for seq in range(20) if seq != BAD_SEQ]
+        assert writer.written == 19 and writer.dropped == 0 and writer.problem is None
+    finally:
+        store.release.set()
+        writer.close(timeout=5)
+
+
+def test_an_experiment_deleted_while_its_refused_row_is_retried_gets_no_rejection(fast_retries):
+    store = RefusingStore()
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(Batch(results=[ResultRow("A/exp-0", seq, seq, {}) for seq in (BAD_SEQ, BAD_SEQ + 1)]))
+        wait_for(store.retrying.is_set)
+        writer.forget_experiment("A")
+        store.release.set()
+        assert writer.flush(timeout=30)
+        assert writer.rejection("A") is None and writer.rejected == {} and writer.pending == 0
+    finally:
+        store.release.set()
+        writer.close(timeout=5)
+
+
+@pytest.mark.parametrize("error", [
+    psycopg.errors.NumericValueOutOfRange("bigint out of range"),
+    psycopg.errors.UniqueViolation("duplicate key"),
+    psycopg.errors.InFailedSqlTransaction("current transaction is aborted"),
+    # psycopg reports the statements the server skipped after a refused one in the same
+    # pipeline (executemany) as PipelineAborted: an OperationalError, yet about the rows
+    psycopg.errors.PipelineAborted("pipeline aborted"),
+], ids=lambda error: type(error).__name__)
+def test_a_refusal_is_not_an_outage(error):
+    assert not is_outage(wrapped(error))
+
+
+def test_a_lost_or_refused_connection_is_an_outage():
+    assert is_outage(wrapped(psycopg.OperationalError("connection refused")))
+    aborted_by_a_lost_connection = wrapped(psycopg.errors.PipelineAborted("pipeline aborted"))
+    aborted_by_a_lost_connection.connection_invalidated = True
+    assert is_outage(aborted_by_a_lost_connection)
+    assert is_outage(ConnectionRefusedError())
