@@ -96,34 +96,53 @@ def test_a_queued_trial_of_a_deleted_experiment_leaves_the_line_while_its_cleanu
     room_goes_to_the_other_experiment(ledger, runner, launched, queued)
 
 
-def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_line():
-    """stop() takes the queued trials out of the line; a cycle that was awaiting the poll
-    then must not step again (that step put them back, with nobody left to try them)."""
+class LedgerPlatform:
+    """The platform calls a cycle and a launch make, on the test's ledger; ``started``
+    records the launches it was asked to start."""
+
+    def __init__(self, ledger):
+        self.ledger = ledger
+        self.started: list[str] = []
+
+    async def refresh_capacity(self):
+        return None
+
+    def launch_waiting(self, request):
+        return None
+
+    async def start(self, request):
+        self.started.append(request.trial_key)
+
+
+def controller_of(runner, ledger, poll=None):
+    """An Experiment ``e``'s controller driving ``runner``; a cycle's poll is ``poll``, its
+    reconcile and its effects do nothing."""
     from kubetune.controller.experiment import ExperimentController
-    ledger = full_ledger()
-    runner, launched, queued = two_running_one_queued(ledger)
     body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
     controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
                                       body=lambda: body, clock=lambda: 1.0)
     controller.ctx.spec, controller.ctx.runner = runner.spec, runner
-
-    class Platform:          # the cycle's platform calls, on the test's ledger
-        def __init__(self):
-            self.ledger = ledger
-
-        async def refresh_capacity(self):
-            return None
+    controller.ctx.platform = LedgerPlatform(ledger)
 
     async def nothing(*_):
         return False
+    controller.runs.reconcile = nothing
+    controller.effects.apply = nothing
+    if poll is not None:
+        controller.pump.poll_running = poll
+    return controller
+
+
+def test_a_cycle_under_way_when_its_controller_stops_puts_no_request_back_in_line():
+    """stop() takes the queued trials out of the line; a cycle that was awaiting the poll
+    then must not step again (that step put them back, with nobody left to try them)."""
+    ledger = full_ledger()
+    runner, launched, queued = two_running_one_queued(ledger)
 
     async def poll_then_stop():     # the Experiment deleted while the poll awaited Ray
         controller.stop()
         return True
-    controller.ctx.platform = Platform()
-    controller.runs.reconcile = nothing
-    controller.effects.apply = nothing
-    controller.pump.poll_running = poll_then_stop
+    controller = controller_of(runner, ledger, poll_then_stop)
     asyncio.run(controller._step_and_poll())
     assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle put its trial back in line"
 
@@ -132,23 +151,8 @@ def test_the_poll_that_saw_the_stop_puts_no_trial_back_in_line():
     """The poll under way when stop() came hands its updates on, and its events step the
     runner: a queued trial (or a failed one's retry) would ask for room again, with
     nobody left to try it.  The stopped runner asks for none."""
-    from kubetune.controller.experiment import ExperimentController
     ledger = full_ledger()
     runner, launched, queued = two_running_one_queued(ledger)
-    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
-    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
-                                      body=lambda: body, clock=lambda: 1.0)
-    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
-
-    class Platform:
-        def __init__(self):
-            self.ledger = ledger
-
-        async def refresh_capacity(self):
-            return None
-
-    async def nothing(*_):
-        return False
 
     async def stop_then_step():
         controller.stop()
@@ -156,10 +160,7 @@ def test_the_poll_that_saw_the_stop_puts_no_trial_back_in_line():
         assert of_type(runner.step(1.0), LaunchTrial) == []    # as the poll's events step it
         assert not ledger.is_waiting(f"ns/e/{queued}"), "the step after the stop put the trial back in line"
         return True
-    controller.ctx.platform = Platform()
-    controller.runs.reconcile = nothing
-    controller.effects.apply = nothing
-    controller.pump.poll_running = stop_then_step
+    controller = controller_of(runner, ledger, stop_then_step)
     asyncio.run(controller._step_and_poll())
     assert not ledger.is_waiting(f"ns/e/{queued}"), "the stopped controller's cycle left its trial in line"
 
@@ -186,26 +187,11 @@ def test_a_retry_polled_after_its_controller_stopped_launches_nothing_and_takes_
 def test_a_launch_applied_after_its_controller_stopped_starts_nothing():
     """stop() came while the cycle applied its decisions (each launch awaits the platform):
     a launch decided before the stop and applied after it starts no run."""
-    from kubetune.controller.experiment import ExperimentController
     ledger = cpu_ledger(6)
     spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 1}})
     runner = make_runner(spec, ledger, name="e", owner="ns/e/")
-    body = {"metadata": {"name": "e", "uid": "E"}, "spec": {}}
-    controller = ExperimentController(namespace="ns", name="e", store=MemoryStore(), registry=None,
-                                      body=lambda: body, clock=lambda: 1.0)
-    controller.ctx.spec, controller.ctx.runner = runner.spec, runner
-    started = []
-
-    class Platform:
-        def __init__(self):
-            self.ledger = ledger
-
-        def launch_waiting(self, request):
-            return None
-
-        async def start(self, request):
-            started.append(request.trial_key)
-    controller.ctx.platform = Platform()
+    controller = controller_of(runner, ledger)
+    started = controller.ctx.platform.started
     first, second = of_type(runner.step(0.0), LaunchTrial)
     asyncio.run(controller.effects.launch(first))
     assert started == ["ns/e/" + first.name], "the scenario's platform did not start a launch"
