@@ -135,3 +135,27 @@ def test_deleting_an_experiment_stops_its_actors_and_removes_trials(operator, ex
     assert time.monotonic() - deleted_at < 10
     wait_for(lambda: trials(experiments_api, namespace, "doomed") == [], timeout=60,
              message="Trials garbage-collected")
+
+
+def test_sigterm_ends_the_operator_with_exit_code_0_and_its_running_trial_goes_on(operator, experiments_api,
+                                                                                   namespace):
+    """The kubelet stops the operator's pod with SIGTERM: kopf's shutdown runs, and the
+    process exits 0.  Ray's failure-signal handler took that SIGTERM for a crash (a stack
+    trace in the log, then SIGABRT: exit code 134, a failed container).  The trial it was
+    driving runs on, and the next operator re-attaches to it: one attempt, a whole history."""
+    import signal
+    create(experiments_api, namespace, experiment("calm", budget={"maxTrials": 1, "parallelism": 1},
+                                                  trial={"config": {"iterations": 40, "delay": 0.2}}))
+    wait_for(lambda: any(len((t.get("status") or {}).get("history") or ()) >= 2
+                         for t in trials(experiments_api, namespace, "calm")),
+             timeout=120, message="the trial running and reporting")
+    operator.process.send_signal(signal.SIGTERM)
+    code = operator.process.wait(60)
+    log = operator.log()
+    assert code == 0, log[-5000:]
+    assert "SIGTERM received" not in log, log[-5000:]      # Ray's crash report
+    operator.start()
+    wait_condition(experiments_api, namespace, "calm", "Succeeded", timeout=180, operator=operator)
+    (trial,) = trials(experiments_api, namespace, "calm")
+    assert trial["status"]["attempt"] == 0 and not trial["status"].get("failures"), trial["status"]
+    assert (trial["status"]["iteration"], trial["status"]["lastResultSeq"]) == (40, 39), trial["status"]
