@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from psycopg.errors import PipelineAborted
 from sqlalchemy import exc
 
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
@@ -23,15 +22,7 @@ METRIC_OVERHEAD = 120   # per metric: its dict slot, its name and value objects,
 def is_outage(error: BaseException) -> bool:
     """Whether ``error`` says the store cannot be reached or is unwell as a whole (SQLite's
     "database is locked" and "disk is full" are OperationalErrors too: waiting helps)."""
-    if getattr(error, "connection_invalidated", False):   # SQLAlchemy saw the connection lost
-        return True
-    if isinstance(getattr(error, "orig", None), PipelineAborted):
-        # psycopg sends an executemany as one pipeline: after the server refuses a statement
-        # it skips the rest, and psycopg reports those as PipelineAborted, an OperationalError
-        # by class.  On a live connection that is about the rows (halve the batch), not the
-        # store: retried whole, the batch would be refused again and again
-        return False
-    return isinstance(error, _OUTAGES)
+    return isinstance(error, _OUTAGES) or bool(getattr(error, "connection_invalidated", False))
 
 
 def halves(batch: Batch) -> tuple[Batch, Batch]:
