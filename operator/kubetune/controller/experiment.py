@@ -296,18 +296,14 @@ class ExperimentController:
         try:
             await self.runs.reconcile(now)
             await ctx.platform.refresh_capacity()
-            if self._stopping:      # stop() came meanwhile (see below)
-                return busy
             busy |= await self.effects.apply(ctx.runner.step(now))
             if self.pump.unstored:
                 await self.pump.store_results_taken_before_restart()
             if await self.pump.poll_running():
                 busy = True
-                # fill the slots of trials that just ended now, not one cycle later; unless
-                # stop() came during the poll: it took the queued trials out of the shared
-                # ledger's line, and a step would put them back, with nobody left to try them
-                if not self._stopping:
-                    await self.effects.apply(ctx.runner.step(ctx.clock()))
+                # fill the slots of trials that just ended now, not one cycle later (after a
+                # stop() during the poll, the closed runner's step decides nothing: close())
+                await self.effects.apply(ctx.runner.step(ctx.clock()))
         except Exception as error:
             if not ctx.platform_fault(error):
                 raise
