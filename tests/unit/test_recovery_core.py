@@ -48,13 +48,32 @@ def test_failures_and_attempts_survive_an_operator_restart():
     restored = make_runner(spec)
     restored.restore(persisted(runner))
     trial = restored.trials["exp-0"]
-    assert render.trial_status(trial) == {k: v for k, v in before.items() if k != "startTime"}
+    assert render.trial_status(trial) == before      # startTime included: it is the first launch's
     assert trial.failures == 1          # a cluster fault does not count against maxFailures
     sim.runner = restored
     faults[(2, 5)] = faults[(3, 6)] = faults[(4, 6)] = "error"
     sim.run()
     assert trial.phase is TrialPhase.FAILED and trial.failures == 4 and trial.attempt == 4
     assert [f["attempt"] for f in render.trial_status(trial)["failures"]] == [0, 1, 2, 3, 4]
+
+
+def test_a_running_trial_written_without_its_start_gets_its_launch_as_start_across_a_restart():
+    """The operator stopped between a launch and the status write recording its start:
+    the restarted one adopts the run, and the Trial it writes at the end says when it
+    started (its first run's attemptStartTime), never an end without a start."""
+    spec = make_spec(scheduler={"maxIterations": 6}, budget={"maxTrials": 1})
+    runner = make_runner(spec)
+    sim = Simulator(runner, quadratic)
+    for _ in range(3):
+        sim.tick()
+    status = render.trial_status(runner.trials["exp-0"])
+    assert status["phase"] == "Running" and status["startTime"] == status["attemptStartTime"]
+    written = {k: v for k, v in status.items() if k != "startTime"}
+    restored = make_runner(spec)
+    restored.restore([render.trial_record({"metadata": {"name": "exp-0"},
+                                           "spec": {"index": 0, "parameters": dict(runner.trials["exp-0"].params)},
+                                           "status": written})])
+    assert render.trial_status(restored.trials["exp-0"])["startTime"] == status["startTime"]
 
 
 def test_a_paused_trial_resumes_from_the_checkpoint_it_paused_at():

@@ -188,6 +188,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
+        start_time=parse_rfc3339(status["startTime"]) if status.get("startTime") else None,
         attempt_start=(parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") and not deferred
                        else None),
         latest_metrics=read_objective_values(status.get("objectiveValues")),

@@ -89,9 +89,20 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
         attempt=record.attempt, failures=record.failures, parent=record.parent,
         failure_log=[dict(entry) for entry in record.failure_log],
         lineage=[dict(entry) for entry in record.lineage],
+        start_time=record.start_time if record.start_time is not None else _started_by(record),
         attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
         evictions=record.evictions, usage=TrialUsage.from_status(record.usage),
         last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
     trial.launched = record.phase not in (TrialPhase.PENDING, TrialPhase.QUEUED) or record.attempt > 0 or bool(history)
     trial.relaunch = record.phase is TrialPhase.PAUSED and not suspended
     return trial
+
+
+def _started_by(record: TrialRecord) -> float | None:
+    """When a Trial persisted without status.startTime started: its first run's launch
+    (attemptStartTime) if it is still on that run.  The operator stopped between the
+    launch and the status write that records it; the restarted one adopts the run, and
+    without this wrote the Trial's end with no start."""
+    if record.phase is TrialPhase.RUNNING and record.attempt == 0:
+        return record.attempt_start
+    return None

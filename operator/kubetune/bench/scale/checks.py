@@ -119,6 +119,9 @@ def _check_experiment(verdict: Verdict, p: Planned, experiment: dict, trials: li
             verdict.add(f"{p.key}/{name}: {results} results counted (lastResultSeq), {p.reports} reported")
         if ts.get("attempt", 0) != 0:
             verdict.add(f"{p.key}/{name}: attempt {ts.get('attempt')}: it was run again")
+        if not (ts.get("startTime") and ts.get("completionTime")):
+            verdict.add(f"{p.key}/{name}: startTime {ts.get('startTime')!r}, completionTime "
+                        f"{ts.get('completionTime')!r}: a Trial that ran says when it started and ended")
         if runs is not None:
             mine = runs.get(f"{p.key.split('/')[0]}/{p.name}/{name}", [])
             verdict.runs += len(mine)
