@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from kubetune.controller import render
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import LaunchTrial, PauseTrial, Result, TrialPhase
@@ -57,23 +59,64 @@ def test_failures_and_attempts_survive_an_operator_restart():
     assert [f["attempt"] for f in render.trial_status(trial)["failures"]] == [0, 1, 2, 3, 4]
 
 
-def test_a_running_trial_written_without_its_start_gets_its_launch_as_start_across_a_restart():
-    """The operator stopped between a launch and the status write recording its start:
-    the restarted one adopts the run, and the Trial it writes at the end says when it
-    started (its first run's attemptStartTime), never an end without a start."""
-    spec = make_spec(scheduler={"maxIterations": 6}, budget={"maxTrials": 1})
+def restored_from(spec, status: dict, params) -> "object":
+    """A fresh runner restored from one Trial ``exp-0`` persisted with ``status``."""
+    runner = make_runner(spec)
+    runner.restore([render.trial_record({"metadata": {"name": "exp-0"},
+                                         "spec": {"index": 0, "parameters": dict(params)}, "status": status})])
+    return runner
+
+
+def running_trial_status(spec, ticks: int = 3) -> tuple[dict, dict]:
     runner = make_runner(spec)
     sim = Simulator(runner, quadratic)
-    for _ in range(3):
+    for _ in range(ticks):
         sim.tick()
-    status = render.trial_status(runner.trials["exp-0"])
+    return render.trial_status(runner.trials["exp-0"]), dict(runner.trials["exp-0"].params)
+
+
+@pytest.mark.parametrize("attempt", [0, 2])
+def test_a_running_trial_written_without_its_start_gets_its_launch_as_start_across_a_restart(attempt):
+    """The operator stopped between a launch and the status write recording its start:
+    the restarted one adopts the run, and the Trial it writes says when it started (the
+    run's attemptStartTime: no earlier run went out, or its start would be written),
+    never an end without a start."""
+    spec = make_spec(scheduler={"maxIterations": 6}, budget={"maxTrials": 1})
+    status, params = running_trial_status(spec)
     assert status["phase"] == "Running" and status["startTime"] == status["attemptStartTime"]
-    written = {k: v for k, v in status.items() if k != "startTime"}
-    restored = make_runner(spec)
-    restored.restore([render.trial_record({"metadata": {"name": "exp-0"},
-                                           "spec": {"index": 0, "parameters": dict(runner.trials["exp-0"].params)},
-                                           "status": written})])
-    assert render.trial_status(restored.trials["exp-0"])["startTime"] == status["startTime"]
+    written = {**{k: v for k, v in status.items() if k != "startTime"}, "attempt": attempt}
+    restored = restored_from(spec, written, params)
+    assert render.trial_status(restored.trials["exp-0"])["startTime"] == status["attemptStartTime"]
+
+
+def test_a_deferred_launch_adopted_after_a_restart_starts_when_its_host_says():
+    """Persisted while its launch was deferred (Queued, launched, LaunchDeferred), it keeps
+    no launch time; the launch went out just before the SIGKILL and the restarted operator
+    adopts the run: when it ends, its start is the one its host reported."""
+    spec = make_spec(scheduler={"maxIterations": 6}, budget={"maxTrials": 1})
+    status, params = running_trial_status(spec)
+    written = {**{k: v for k, v in status.items() if k not in ("startTime", "attemptStartTime", "usage")},
+               "phase": "Queued", "launched": True, "reason": "LaunchDeferred", "message": "waiting"}
+    restored = restored_from(spec, written, params)
+    assert "startTime" not in render.trial_status(restored.trials["exp-0"])
+    restored.on_trial_usage("exp-0", 0, started=1_800_000_000.0, seen=1_800_000_001.0, ended=True)
+    restored.on_trial_completed("exp-0", now=1_800_000_002.0)
+    ended = render.trial_status(restored.trials["exp-0"])
+    assert (ended["phase"], ended["startTime"]) == ("Succeeded", "2027-01-15T08:00:00.000000Z")
+
+
+def test_a_finished_trial_keeps_its_end_and_its_failure_count_past_the_kept_failures_across_a_restart():
+    """status.failures keeps the latest KEPT_FAILURES; failureCount counts them all, also
+    when a restarted operator writes the Trial again; completionTime is read back too."""
+    spec = make_spec(scheduler={"maxIterations": 6}, budget={"maxTrials": 1}, trial={"maxFailures": 30})
+    runner = make_runner(spec)
+    faults = {(attempt, 2): "error" for attempt in range(render.KEPT_FAILURES + 5)}
+    Simulator(runner, quadratic, faults=lambda name, attempt, iteration: faults.get((attempt, iteration))).run()
+    before = render.trial_status(runner.trials["exp-0"])
+    assert before["phase"] == "Succeeded" and before["failureCount"] == render.KEPT_FAILURES + 5
+    assert len(before["failures"]) == render.KEPT_FAILURES and before["completionTime"]
+    restored = restored_from(spec, before, runner.trials["exp-0"].params)
+    assert render.trial_status(restored.trials["exp-0"]) == before
 
 
 def test_a_paused_trial_resumes_from_the_checkpoint_it_paused_at():

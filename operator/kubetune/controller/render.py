@@ -115,7 +115,9 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["checkpoint"] = trial.checkpoint
         status["checkpointIteration"] = trial.checkpoint_iteration
     if trial.failure_log:
-        status["failureCount"] = sum(1 for f in trial.failure_log if f.get("reason") not in NOT_COUNTED)
+        # the log keeps the last KEPT_FAILURES: past them (and restored from them) the count is the runner's
+        status["failureCount"] = max(trial.failures, sum(1 for f in trial.failure_log
+                                                         if f.get("reason") not in NOT_COUNTED))
         status["failures"] = [{**f, "message": (f.get("message") or "").split("\n", 1)[0][:MAX_FAILURE_MESSAGE_CHARS],
                                "time": rfc3339(f["time"])} for f in trial.failure_log[-KEPT_FAILURES:]]
     if trial.latest:
@@ -189,6 +191,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
         start_time=parse_rfc3339(status["startTime"]) if status.get("startTime") else None,
+        completion_time=parse_rfc3339(status["completionTime"]) if status.get("completionTime") else None,
         attempt_start=(parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") and not deferred
                        else None),
         latest_metrics=read_objective_values(status.get("objectiveValues")),

@@ -147,6 +147,10 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         """Make a trial terminal: release its resources and tell the scheduler and study."""
         self._set_phase(trial, phase)
         trial.reason, trial.message, trial.completion_time, trial.relaunch = reason, message, now, False
+        if trial.start_time is None:
+            # a run adopted after a restart whose launch time was never written (a deferred
+            # launch that went out just before): the start its host reported, if it ran
+            trial.start_time = trial.usage.first_start()
         self._release(trial)
         if phase is SUCCEEDED:
             self.scheduler.on_trial_complete(trial)

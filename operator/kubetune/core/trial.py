@@ -90,6 +90,7 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
         failure_log=[dict(entry) for entry in record.failure_log],
         lineage=[dict(entry) for entry in record.lineage],
         start_time=record.start_time if record.start_time is not None else _started_by(record),
+        completion_time=record.completion_time,
         attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
         evictions=record.evictions, usage=TrialUsage.from_status(record.usage),
         last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
@@ -99,10 +100,10 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
 
 
 def _started_by(record: TrialRecord) -> float | None:
-    """When a Trial persisted without status.startTime started: its first run's launch
-    (attemptStartTime) if it is still on that run.  The operator stopped between the
-    launch and the status write that records it; the restarted one adopts the run, and
-    without this wrote the Trial's end with no start."""
-    if record.phase is TrialPhase.RUNNING and record.attempt == 0:
-        return record.attempt_start
-    return None
+    """When a Trial persisted Running without status.startTime started: its current run's
+    launch (attemptStartTime; no earlier run went out, or its start would be written).  The
+    operator stopped between the launch and the status write that records it; the
+    restarted one adopts the run, and without this wrote the Trial's end with no start.
+    A run whose launch time was not kept either (a deferred launch) gets the start its
+    host reports (TrialRunner.on_trial_usage)."""
+    return record.attempt_start if record.phase is TrialPhase.RUNNING else None

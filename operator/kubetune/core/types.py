@@ -50,9 +50,10 @@ class TrialRecord:
     # those that count against maxFailures
     failure_log: tuple[Mapping[str, Any], ...] = ()
     attempt_start: float | None = None            # when the current run started (trial.timeout)
-    # when it was first launched (status.startTime): restored, or a Trial running across a
-    # restart was written without it once it ended
+    # status.startTime and completionTime: restored, or a Trial running across a restart was
+    # written without its start once it ended, and a finished one rewritten lost its end
     start_time: float | None = None
+    completion_time: float | None = None
     # the latest value of each objective and constraint metric (TrialInfo.latest): kept
     # whole while the history may be downsampled
     latest_metrics: Mapping[str, float] | None = None

@@ -84,6 +84,12 @@ class TrialUsage:
         if self.current is not None and attempt in (None, self.current.attempt) and time > self.current.seen:
             self.current.seen = time
 
+    def first_start(self) -> float | None:
+        """The earliest start (host clock) of the runs it knows: the current one and the
+        latest ended ones (KEPT_ENDED_RUNS)."""
+        runs = [*self.ended_runs, *([self.current] if self.current is not None else [])]
+        return min((run.started for run in runs), default=None)
+
     def close(self) -> None:
         """The attempt is over as far as the operator knows (stopped, paused, lost): count
         it up to the last host time seen; a later word from the host cannot reopen it."""
