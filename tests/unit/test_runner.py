@@ -335,3 +335,34 @@ def test_a_trial_that_never_reported_still_says_so():
     spec = make_spec(scheduler={"maxIterations": 3}, budget={"maxTrials": 2, "parallelism": 2})
     runner, sim = run(spec, curve=lambda params, t: None)
     assert "no trial reported" in runner.finished.message, runner.finished.message
+
+
+def test_queue_timeout_and_queue_seconds_count_from_the_first_wait_across_a_restart():
+    """status.queuedSince is read back: an operator restarted every few seconds (a crash
+    loop) cannot keep a trial Queued past its queueTimeout, and the wait before a restart
+    is in usage.queueSeconds when it starts."""
+    from kubetune.controller import render
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 4}, "queueTimeout": "10s"})
+    runner = make_runner(spec, cpu_ledger(4))
+    runner.step(0.0)
+    assert runner.trials["exp-1"].phase is TrialPhase.QUEUED
+
+    def restarted():
+        records = [render.trial_record({"metadata": {"name": t.name},
+                                        "spec": {"index": t.index, "parameters": dict(t.params)},
+                                        "status": render.trial_status(t)}) for t in runner.trials.values()]
+        again = make_runner(spec, cpu_ledger(4))
+        again.restore(records)
+        return again
+
+    assert restarted().step(9.0) == []
+    stop = of_type(restarted().step(10.0), StopTrial)
+    assert [(s.name, s.reason) for s in stop] == [("exp-1", "QueueTimeout")]
+    assert "queued for 10s" in stop[0].message
+
+    again = restarted()
+    again.on_trial_completed("exp-0", 6.0)
+    again.step(6.0)
+    assert again.trials["exp-1"].phase is TrialPhase.RUNNING
+    assert render.trial_status(again.trials["exp-1"])["usage"]["queueSeconds"] == 6.0
+    assert "queuedSince" not in render.trial_status(again.trials["exp-1"])

@@ -29,7 +29,7 @@ MAX_EXPERIMENT_STATUS_BYTES = 12 * 1024
 # and Argo CD read the outcome and progress from (and date-times a cut would make invalid)
 EXPERIMENT_STATUS_KEPT = ("phase", "startTime", "completionTime", "trialCounts", "progress", "observedGeneration")
 TRIAL_STATUS_KEPT = ("phase", "attempt", "iteration", "lastResultSeq", "startTime", "attemptStartTime",
-                     "completionTime", "usage")
+                     "completionTime", "queuedSince", "usage")
 # a Trial's message keeps the start of a traceback (the error is its first line) and
 # its end (where it was raised); the results store keeps it whole
 MAX_MESSAGE_CHARS = 8000
@@ -134,6 +134,8 @@ def trial_status(trial: Any, *, objective: str | None = None,
         status["attemptStartTime"] = rfc3339(trial.attempt_start)
     if trial.completion_time is not None:
         status["completionTime"] = rfc3339(trial.completion_time)
+    if trial.queued_since is not None:
+        status["queuedSince"] = rfc3339(trial.queued_since)
     if trial.queue_waits:
         status["queueWaitSeconds"] = round(trial.queue_wait_s, 3)
         status["admissions"] = trial.queue_waits
@@ -192,6 +194,7 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         lineage=tuple(status.get("lineage") or ()),
         start_time=parse_rfc3339(status["startTime"]) if status.get("startTime") else None,
         completion_time=parse_rfc3339(status["completionTime"]) if status.get("completionTime") else None,
+        queued_since=parse_rfc3339(status["queuedSince"]) if status.get("queuedSince") else None,
         attempt_start=(parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") and not deferred
                        else None),
         latest_metrics=read_objective_values(status.get("objectiveValues")),

@@ -91,6 +91,7 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
         lineage=[dict(entry) for entry in record.lineage],
         start_time=record.start_time if record.start_time is not None else _started_by(record),
         completion_time=record.completion_time,
+        queued_since=record.queued_since if record.phase is TrialPhase.QUEUED else None,
         attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
         evictions=record.evictions, usage=TrialUsage.from_status(record.usage),
         last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)

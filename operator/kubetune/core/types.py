@@ -54,6 +54,9 @@ class TrialRecord:
     # written without its start once it ended, and a finished one rewritten lost its end
     start_time: float | None = None
     completion_time: float | None = None
+    # status.queuedSince: when it began waiting for resources (spec.trial.queueTimeout counts
+    # from it, and usage.queueSeconds counts the wait when it starts), across restarts
+    queued_since: float | None = None
     # the latest value of each objective and constraint metric (TrialInfo.latest): kept
     # whole while the history may be downsampled
     latest_metrics: Mapping[str, float] | None = None
