@@ -366,3 +366,45 @@ def test_queue_timeout_and_queue_seconds_count_from_the_first_wait_across_a_rest
     assert again.trials["exp-1"].phase is TrialPhase.RUNNING
     assert render.trial_status(again.trials["exp-1"])["usage"]["queueSeconds"] == 6.0
     assert "queuedSince" not in render.trial_status(again.trials["exp-1"])
+
+
+def test_a_queued_trials_wait_ends_with_it_and_restarts_after_a_suspend_across_a_restart():
+    """queuedSince is a Queued trial's: a trial that ends Queued (QueueTimeout) carries none,
+    and one restored while suspended waits anew once resumed (as a live suspend has it)."""
+    from kubetune.controller import render
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 4}, "queueTimeout": "10s"})
+    runner = make_runner(spec, cpu_ledger(4))
+    runner.step(0.0)
+    assert render.trial_status(runner.trials["exp-1"])["queuedSince"] == "1970-01-01T00:00:00.000000Z"
+    persisted = [render.trial_record({"metadata": {"name": t.name},
+                                      "spec": {"index": t.index, "parameters": dict(t.params)},
+                                      "status": render.trial_status(t)}) for t in runner.trials.values()]
+    runner.step(10.0)
+    ended = render.trial_status(runner.trials["exp-1"])
+    assert (ended["phase"], ended["reason"]) == ("Failed", "QueueTimeout") and "queuedSince" not in ended
+
+    suspended = make_spec(budget={"maxTrials": 2, "parallelism": 2}, suspend=True,
+                          trial={"resources": {"cpu": 4}, "queueTimeout": "10s"})
+    again = make_runner(suspended, cpu_ledger(4))
+    again.restore(persisted)
+    again.step(50.0)
+    again.on_spec_changed(spec, 100.0)
+    assert again.step(109.0) == [] and again.trials["exp-1"].phase is TrialPhase.QUEUED
+    assert [s.reason for s in of_type(again.step(110.0), StopTrial)] == ["QueueTimeout"]
+
+
+def test_a_trial_queued_by_an_older_operator_is_written_once_with_its_queued_since():
+    """Queued before status.queuedSince existed: its first try after the restart, though the
+    reason is the same, is a change to write (else each restart would reset the clock)."""
+    from kubetune.controller import render
+    spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 4}})
+    runner = make_runner(spec, cpu_ledger(4))
+    runner.step(0.0)
+    old = [render.trial_record({"metadata": {"name": t.name}, "spec": {"index": t.index, "parameters": dict(t.params)},
+                                "status": {k: v for k, v in render.trial_status(t).items() if k != "queuedSince"}})
+           for t in runner.trials.values()]
+    again = make_runner(spec, cpu_ledger(4))
+    again.restore(old)
+    assert [(d.name, d.phase) for d in of_type(again.step(5.0), TrialPhaseChanged)] == [("exp-1", TrialPhase.QUEUED)]
+    assert render.trial_status(again.trials["exp-1"])["queuedSince"] == "1970-01-01T00:00:05.000000Z"
+    assert again.step(6.0) == []

@@ -146,11 +146,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
     def _end(self, trial: TrialInfo, phase: TrialPhase, reason: str, message: str, now: float | None) -> list[Decision]:
         """Make a trial terminal: release its resources and tell the scheduler and study."""
         self._set_phase(trial, phase)
-        trial.reason, trial.message, trial.completion_time, trial.relaunch = reason, message, now, False
-        if trial.start_time is None:
-            # a run adopted after a restart whose launch time was never written (a deferred
-            # launch that went out just before): the start its host reported, if it ran
-            trial.start_time = trial.usage.first_start()
+        trial.ended(reason, message, now)
         self._release(trial)
         if phase is SUCCEEDED:
             self.scheduler.on_trial_complete(trial)
@@ -250,10 +246,10 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             self.ledger.set_waiting(owner, self._bundles, self.spec.priority)
             if not self.ledger.try_acquire(owner, self._bundles, self.spec.priority):
                 reason = self.ledger.queue_reason(owner)
+                if trial.phase is QUEUED and trial.message == reason and trial.queued_since is not None:
+                    return []       # (one Queued by an older operator is written once, with its queuedSince)
                 if trial.queued_since is None:
                     trial.queued_since = now
-                if trial.phase is QUEUED and trial.message == reason:
-                    return []
                 self._set_phase(trial, QUEUED)
                 trial.reason, trial.message = "InsufficientResources", reason
                 return [TrialPhaseChanged(trial.name, QUEUED, trial.reason, reason)]

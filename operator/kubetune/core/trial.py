@@ -65,6 +65,15 @@ class TrialInfo:
         """It ran before: a retry, an unpause or a PBT exploit (it starts from a checkpoint)."""
         return self.attempt > 0 or self.checkpoint is not None or self.iteration > 0
 
+    def ended(self, reason: str, message: str, now: float | None) -> None:
+        """It became terminal (TrialRunner._end): why, and when.  A run adopted after a
+        restart whose launch time was never written (a deferred launch that went out just
+        before) starts when its host said it did, if it ran."""
+        self.reason, self.message, self.completion_time, self.relaunch = reason, message, now, False
+        self.queued_since = None
+        if self.start_time is None:
+            self.start_time = self.usage.first_start()
+
 
 def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
     """A trial rebuilt from its persisted Trial after a restart (the runner adds its values:
@@ -91,7 +100,8 @@ def from_record(record: TrialRecord, *, suspended: bool) -> TrialInfo:
         lineage=[dict(entry) for entry in record.lineage],
         start_time=record.start_time if record.start_time is not None else _started_by(record),
         completion_time=record.completion_time,
-        queued_since=record.queued_since if record.phase is TrialPhase.QUEUED else None,
+        # suspended meanwhile: the wait starts again when it is resumed (as _suspend does)
+        queued_since=record.queued_since if record.phase is TrialPhase.QUEUED and not suspended else None,
         attempt_start=record.attempt_start, queue_wait_s=record.queue_wait_s, queue_waits=record.queue_waits,
         evictions=record.evictions, usage=TrialUsage.from_status(record.usage),
         last_seq=record.last_result_seq if record.last_result_seq is not None else len(history) - 1)
