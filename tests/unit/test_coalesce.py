@@ -54,3 +54,15 @@ def test_a_status_written_directly_replaces_an_older_one_still_waiting():
     assert writes.due(0.0) == []
     writes.written("t", {"phase": "Succeeded", "iteration": 10}, 0.5)
     assert writes.due(5.0) == []                       # never the stale Running afterwards
+
+
+def test_a_trial_taking_a_slot_is_written_after_the_one_that_freed_it():
+    """Whatever order the changes came in, a snapshot between the writes never shows both
+    running: the end goes out first, then the start (the rest keep their order)."""
+    writes = WriteCoalescer(5.0, start_phase="Running")
+    for key in ("b", "a", "c"):
+        writes.seed(key, {"phase": "Running" if key == "a" else "Queued"}, 0.0)
+    writes.want("b", {"phase": "Running", "history": [1]})      # took the slot a freed
+    writes.want("a", {"phase": "Succeeded"})
+    writes.want("c", {"phase": "Failed"})
+    assert [key for key, _ in writes.due(1.0)] == ["a", "c", "b"]

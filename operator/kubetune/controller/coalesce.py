@@ -48,7 +48,12 @@ class WriteCoalescer:
         self._written_at[key] = now
 
     def due(self, now: float, *, force: bool = False) -> list[tuple[str, Mapping[str, Any]]]:
-        """The writes to make now: phase changes and anything whose interval elapsed."""
+        """The writes to make now: phase changes and anything whose interval elapsed.
+
+        Those to ``start_phase`` come last: a trial that ended and the one that took its
+        slot are written in that order, so a reader listing the Trials between the two
+        writes never sees more of them running than ran at once (test_queueing samples
+        Running Trials against the GPUs present)."""
         ready = []
         for key, status in self._wanted.items():
             previous = self._written.get(key) or {}
@@ -63,7 +68,9 @@ class WriteCoalescer:
             elapsed = now - self._written_at.get(key, float("-inf"))
             if force or phase_changed or elapsed >= self.interval:
                 ready.append((key, status))
-        return ready
+        if self.start_phase is None:
+            return ready
+        return sorted(ready, key=lambda item: item[1].get("phase") == self.start_phase)     # stable
 
     def written(self, key: str, status: Mapping[str, Any], now: float) -> None:
         """``status`` was written: the newest there is, it replaces whatever was wanted
