@@ -80,11 +80,11 @@ def starved_beyond(planned: list[shapes.Planned], runs: list[fairness.Runs], kil
     meanwhile did (among the alike ones, ``many``), and those, or the namespaces, given
     less than ``MIN_SHARE`` of their fair share of the capacity."""
     many = {p.key for p in planned if p.shape == "many"}
-    alike = [r for r in runs if r.key in many]
-    among_many = fairness.starvation(alike)
+    alike_streaks = fairness.starvation_streaks([r for r in runs if r.key in many])
+    among_many = {key: streak.completions for key, streak in alike_streaks.items()}
     print(f"longest starvation among the {EXPERIMENTS} (other trials' completions): {sorted(among_many.items())}")
     first_apply = min(r.applied for r in runs)
-    for key, streak in sorted(fairness.starvation_streaks(alike).items()):     # when: around the restart, or steady
+    for key, streak in sorted(alike_streaks.items()):     # when: around the restart, or steady
         print(f"  {key}: {streak.completions} from {streak.since - first_apply:.1f} s to "
               f"{streak.until - first_apply:.1f} s after the first apply (SIGKILL at {killed_at - first_apply:.1f} s)")
     summary = fairness.summarize(runs, fairness.shares(runs))

@@ -5,7 +5,7 @@ from kubetune.core.resources import Resources, ResourceLedger
 from kubetune.core.simulate import Simulator
 from kubetune.core.samplers import missing_packages
 from kubetune.core.types import CreateTrial, LaunchTrial, Result, StopTrial, TrialPhase, TrialPhaseChanged
-from unit_helpers import cpu_ledger, make_runner, make_spec, of_type, quadratic
+from unit_helpers import cpu_ledger, make_runner, make_spec, of_type, quadratic, records_of
 
 
 def run(spec, ledger=None, max_ticks=10_000, **sim_kw):
@@ -348,11 +348,8 @@ def test_queue_timeout_and_queue_seconds_count_from_the_first_wait_across_a_rest
     assert runner.trials["exp-1"].phase is TrialPhase.QUEUED
 
     def restarted():
-        records = [render.trial_record({"metadata": {"name": t.name},
-                                        "spec": {"index": t.index, "parameters": dict(t.params)},
-                                        "status": render.trial_status(t)}) for t in runner.trials.values()]
         again = make_runner(spec, cpu_ledger(4))
-        again.restore(records)
+        again.restore(records_of(runner))
         return again
 
     assert restarted().step(9.0) == []
@@ -376,9 +373,7 @@ def test_a_queued_trials_wait_ends_with_it_and_restarts_after_a_suspend_across_a
     runner = make_runner(spec, cpu_ledger(4))
     runner.step(0.0)
     assert render.trial_status(runner.trials["exp-1"])["queuedSince"] == "1970-01-01T00:00:00.000000Z"
-    persisted = [render.trial_record({"metadata": {"name": t.name},
-                                      "spec": {"index": t.index, "parameters": dict(t.params)},
-                                      "status": render.trial_status(t)}) for t in runner.trials.values()]
+    persisted = records_of(runner)
     runner.step(10.0)
     ended = render.trial_status(runner.trials["exp-1"])
     assert (ended["phase"], ended["reason"]) == ("Failed", "QueueTimeout") and "queuedSince" not in ended
@@ -400,11 +395,8 @@ def test_a_trial_queued_by_an_older_operator_is_written_once_with_its_queued_sin
     spec = make_spec(budget={"maxTrials": 2, "parallelism": 2}, trial={"resources": {"cpu": 4}})
     runner = make_runner(spec, cpu_ledger(4))
     runner.step(0.0)
-    old = [render.trial_record({"metadata": {"name": t.name}, "spec": {"index": t.index, "parameters": dict(t.params)},
-                                "status": {k: v for k, v in render.trial_status(t).items() if k != "queuedSince"}})
-           for t in runner.trials.values()]
     again = make_runner(spec, cpu_ledger(4))
-    again.restore(old)
+    again.restore(records_of(runner, without=("queuedSince",)))
     assert [(d.name, d.phase) for d in of_type(again.step(5.0), TrialPhaseChanged)] == [("exp-1", TrialPhase.QUEUED)]
     assert render.trial_status(again.trials["exp-1"])["queuedSince"] == "1970-01-01T00:00:05.000000Z"
     assert again.step(6.0) == []

@@ -49,14 +49,16 @@ def quadratic(params, iteration) -> float:
     return (params["x"] - 0.3) ** 2 + 1.0 / iteration
 
 
-def records_of(runner: TrialRunner) -> list[TrialRecord]:
+def records_of(runner: TrialRunner, *, without: tuple[str, ...] = ()) -> list[TrialRecord]:
     """What the controller persists on the Trial resources right now, read back as a
-    restarted operator reads it: rendered, through strict JSON, and parsed again."""
+    restarted operator reads it: rendered, through strict JSON, and parsed again.
+    ``without``: status fields left out (as an older operator wrote them)."""
     from kubetune.controller import render
     records = []
     for t in runner.trials.values():
         status = render.trial_status(t, objective=runner.spec.objective.metric,
                                      decision_state=runner.decision_state(t.name))
+        status = {key: value for key, value in status.items() if key not in without}
         body = {"metadata": {"name": t.name},
                 "spec": {"index": t.index, "parameters": dict(t.suggested_params or t.params)},
                 "status": json.loads(json.dumps(status, allow_nan=False))}

@@ -155,6 +155,11 @@ def _decoded(value: Any) -> Any:
     return decode_number(value)
 
 
+def _moment(status: Mapping[str, Any], key: str) -> float | None:
+    """A date-time field of a status as epoch seconds (None: absent)."""
+    return parse_rfc3339(status[key]) if status.get(key) else None
+
+
 def trial_record(body: Mapping[str, Any]) -> TrialRecord:
     """A persisted Trial resource -> what the runner needs to rebuild itself (from the
     bounded status alone: see TrialRunner.restore)."""
@@ -192,11 +197,10 @@ def trial_record(body: Mapping[str, Any]) -> TrialRecord:
         last_result_seq=status.get("lastResultSeq"),
         checkpoint_iteration=status.get("checkpointIteration"),
         lineage=tuple(status.get("lineage") or ()),
-        start_time=parse_rfc3339(status["startTime"]) if status.get("startTime") else None,
-        completion_time=parse_rfc3339(status["completionTime"]) if status.get("completionTime") else None,
-        queued_since=parse_rfc3339(status["queuedSince"]) if status.get("queuedSince") else None,
-        attempt_start=(parse_rfc3339(status["attemptStartTime"]) if status.get("attemptStartTime") and not deferred
-                       else None),
+        start_time=_moment(status, "startTime"),
+        completion_time=_moment(status, "completionTime"),
+        queued_since=_moment(status, "queuedSince"),
+        attempt_start=None if deferred else _moment(status, "attemptStartTime"),
         latest_metrics=read_objective_values(status.get("objectiveValues")),
         failure_log=tuple({**f, "time": parse_rfc3339(f["time"]) if isinstance(f.get("time"), str) else f.get("time")}
                           for f in failures),

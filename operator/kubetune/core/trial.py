@@ -116,5 +116,5 @@ def _started_by(record: TrialRecord) -> float | None:
     operator stopped between the launch and the status write that records it; the
     restarted one adopts the run, and without this wrote the Trial's end with no start.
     A run whose launch time was not kept either (a deferred launch) gets the start its
-    host reports (TrialRunner.on_trial_usage)."""
+    host reported when it ends (TrialInfo.ended)."""
     return record.attempt_start if record.phase is TrialPhase.RUNNING else None
