@@ -6,6 +6,8 @@ platform's admission; ``parallelism`` bounds the admitted trials and
 ``spec.budget.admissionWindow`` the waiting ones."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 QUEUED = "WaitingForAdmission"
 PROVISIONING = "Provisioning"
 PREEMPTED = "Preempted"
@@ -93,3 +95,18 @@ class AdmissionWindow:
 
     def in_flight_limit(self, parallelism: int, window: int) -> int:
         return in_flight_limit(parallelism, window, bool(self._queue_full))
+
+    def summary(self, queue: bool, trials: Iterable[Any]) -> dict[str, Any] | None:
+        """Admissions, queue wait and evictions over every trial (a fixed-size summary of
+        the Experiment's status); None if the Experiment has no queue and never waited."""
+        trials = list(trials)
+        admissions = sum(t.queue_waits for t in trials)
+        evictions = sum(t.evictions for t in trials)
+        if not (queue or admissions or evictions or self.awaiting):
+            return None
+        total = sum(t.queue_wait_s for t in trials)
+        longest = max((t.queue_wait_s for t in trials), default=0.0)   # one trial's, all its attempts
+        return {"admissions": admissions, "waitingForAdmission": len(self.awaiting),
+                "evictions": evictions,
+                "queueWaitSeconds": {"total": round(total, 3), "mean": round(total / admissions, 3) if admissions else 0.0,
+                                     "max": round(longest, 3)}}

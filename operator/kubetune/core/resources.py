@@ -14,19 +14,19 @@ import itertools
 from collections import Counter
 from typing import Callable, Iterable
 
-from kubetune.core.feasibility import (first_fit, infeasibility, kind_order as _kind_order, short_kinds, total_of,
-                                      trial_bundles, waiting_for_growth, waiting_for_one_node, waiting_for_room)
+from kubetune.core.feasibility import first_fit, infeasibility, short_kinds, total_of, trial_bundles
 from kubetune.core.fair_share import (Line, Waiting as _Waiting, append_key, fair_keys, groups, kept_for_starting,
                                       unregistered_key)
+from kubetune.core.queue_words import QueueWords
 from kubetune.spec.resources import Resources
 
 __all__ = ["Resources", "ResourceLedger", "first_fit", "total_of", "trial_bundles"]
 
 
-class ResourceLedger:
-    """Who holds what on one cluster, and who is waiting for what."""
+class ResourceLedger(QueueWords):
+    """Who holds what on one cluster, and who is waiting for what (in words: queue_words.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm_passes: int = 0) -> None:
         self._total = Resources()
         self._nodes: list[Resources] = []
         self._node_types: list[Resources] | None = None
@@ -46,7 +46,12 @@ class ResourceLedger:
         self._woken: str | None = None          # the owner last woken as first in line
         self._starting: set[str] = set()        # experiments that will ask soon (``starting``)
         # what placement cost (tests count it, not time), and how room is handed over (kubetune.metrics)
-        self.work = dict.fromkeys(("sorts", "shape_checks", "grants", "wakes", "refused_full", "refused_turn"), 0)
+        self.work = dict.fromkeys(("sorts", "shape_checks", "grants", "wakes", "refused_full", "refused_turn",
+                                   "passed_on"), 0)
+        # how many trials in a row one trial's room may pass to within its Experiment, out of
+        # turn (core/warm_room.py); 0: never. For a platform whose next trial then starts on
+        # the ended one's warm worker (a pooled worker process)
+        self.warm_passes = warm_passes
 
     # ------------------------------------------------------------ capacity
 
@@ -235,6 +240,31 @@ class ResourceLedger:
         self.clear_waiting(owner)
         self._wake_first()
 
+    def may_pass_on(self, owner: str, priority: int) -> bool:
+        """Whether ``owner``'s room may go to the next trial of its Experiment out of turn
+        (core/warm_room.py): not while Experiments are being built (everyone's first trial
+        comes first: fair_share.kept_for_starting), nor past a waiting higher priority."""
+        if not self.warm_passes or self._starting or owner not in self._held:
+            return False
+        if not self._waiting or not self._known:
+            return True
+        first = self._current_line().keys[0]
+        return first[0] >= -priority
+
+    def pass_on(self, holder: str, successor: str) -> bool:
+        """``holder``'s room to ``successor``, out of turn (may_pass_on said it may): a grant,
+        counted as one in the fair line's tie-breaks. False if either cannot."""
+        if holder not in self._held or successor in self._held:
+            return False
+        bundles = [bundle for _, bundle in self._held[holder]]
+        self._unplace(holder)
+        self._place(successor, bundles, force=True)
+        self._waiting.pop(successor, None)
+        self.work["grants"] += 1
+        self.work["passed_on"] += 1
+        self._served.update(groups(successor))
+        return True
+
     def feasibility(self, bundles: list[Resources]) -> str | None:
         """None if each bundle could ever be placed on some node (or autoscaler node type);
         otherwise why not, naming the resource and the largest node. Unknown capacity or node
@@ -357,42 +387,3 @@ class ResourceLedger:
             return False
         kinds = {k for b in bundles or [] for k in b.kinds()}
         return all(line.first_short.get(kind, position) >= position for kind in kinds)
-
-    def queue_reason(self, owner: str) -> str:
-        """Why ``owner`` is not running yet, in words for the Trial and Experiment status:
-        what it waits for and behind what, never a figure that moves with each grant or
-        release (each change is a status write of every queued Trial: core/feasibility.py)."""
-        entry = self._waiting.get(owner)
-        if entry is None:
-            return ""
-        if not self._known:
-            return "waiting for the cluster's capacity to be known"
-        suffix = "; scale-up requested" if self.autoscaling else ""
-        if self._growth_cause:
-            suffix += f"; the autoscaler's node types are unknown: {self._growth_cause}"
-        demand = total_of(entry.bundles)
-        short = self._short_kinds(entry.bundles)
-        if short:
-            kind = min(short, key=_kind_order)
-            if demand.amount(kind) <= self.free().amount(kind) + 1e-9:
-                return waiting_for_one_node(kind, max(b.amount(kind) for b in entry.bundles),
-                                            len(self._nodes)) + suffix
-            if demand.amount(kind) > self._total.amount(kind) + 1e-9:
-                return waiting_for_growth(kind, demand.amount(kind), self._total.amount(kind)) + suffix
-            return waiting_for_room(kind, demand.amount(kind), self._total.amount(kind)) + suffix
-        if not self.next_owner_allowed(owner) or self._kept_for_starting(owner):
-            # it would fit, but the room goes to someone ahead: the words of a full cluster,
-            # which it is again once that one took it
-            kind = min(demand.kinds() or ["CPU"], key=_kind_order)
-            return waiting_for_room(kind, demand.amount(kind), self._total.amount(kind)) + suffix
-        return "resources are free; starting at the next step"
-
-    def queue_summary(self, owners: list[str]) -> str:
-        """What the Experiment's queued trials ``owners`` (all asking for the same) wait
-        for: the words of the first in line. How many wait is in the Experiment's counts."""
-        waiting = [(owner, self._waiting[owner]) for owner in owners if owner in self._waiting]
-        if not waiting:
-            return ""
-        key_of = self._current_line().key_of if self._known else {}
-        first, _ = min(waiting, key=lambda item: key_of.get(item[0], (-item[1].priority, item[1].order)))
-        return self.queue_reason(first)

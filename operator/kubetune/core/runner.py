@@ -25,6 +25,7 @@ from kubetune.core.runner_restart import SpecAndRestart
 from kubetune.core.schedulers import make_scheduler
 from kubetune.core.search import Evaluated, Searcher
 from kubetune.core.search_values import latest_values, objective_value
+from kubetune.core.warm_room import WarmRooms
 from kubetune.core.warm_trials import WarmTrial
 from kubetune.core.trial import TrialInfo
 from kubetune.core.usage import experiment_usage
@@ -51,6 +52,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         self.experiment = experiment
         self.start_time = start_time
         self.ledger = ledger
+        self._rooms = WarmRooms(ledger)    # the rooms of ended trials, kept for the next launch
         self._owner_prefix = owner if owner is not None else f"{experiment}/"
         self.searcher = Searcher(spec, study_name=experiment, warm_start=list(warm_start))
         # what the controller could not find (an Experiment with no Trials) comes first
@@ -104,22 +106,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
             best_trial=best.trial if best else None, best_params=dict(best.params) if best else None,
             best_metric=best.value if best else None, best_iteration=best.iteration if best else None,
             queue_reason=queue_reason, finished=self.finished, max_trials=self.max_trials,
-            outcomes=self._front.get(self), admissions=self._admission_summary(),
+            outcomes=self._front.get(self), admissions=self._admissions.summary(self.spec.queue, self._trials.values()),
             usage=experiment_usage((t.usage, t.queue_wait_s) for t in self._trials.values()))
-
-    def _admission_summary(self) -> dict[str, Any] | None:
-        """Admissions, queue wait and evictions over every trial (a fixed-size summary)."""
-        trials = self._trials.values()
-        admissions = sum(t.queue_waits for t in trials)
-        evictions = sum(t.evictions for t in trials)
-        if not (self.spec.queue or admissions or evictions or self._admissions):
-            return None
-        total = sum(t.queue_wait_s for t in trials)
-        longest = max((t.queue_wait_s for t in trials), default=0.0)   # one trial's, all its attempts
-        return {"admissions": admissions, "waitingForAdmission": len(self._admissions),
-                "evictions": evictions,
-                "queueWaitSeconds": {"total": round(total, 3), "mean": round(total / admissions, 3) if admissions else 0.0,
-                                     "max": round(longest, 3)}}
 
     def decision_state(self, name: str) -> dict[str, Any]:
         """What the study and the scheduler keep about a trial, bounded: persisted on the
@@ -139,9 +127,12 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if phase.is_terminal:
             self._active.pop(trial.name, None)
 
-    def _release(self, trial: TrialInfo) -> None:
-        if self.ledger is not None:
-            self.ledger.release(self.owner(trial.name))
+    def _release(self, trial: TrialInfo, warm: bool = True) -> None:
+        """Its room back to the ledger, or kept for this Experiment's next launch if its
+        worker is ``warm`` to host that (core/warm_room.py)."""
+        keep = warm and len(self._bundles) == 1 and not (self.finished or self.closed or self.spec.suspend) \
+            and (self._created < self.max_trials or any(t.launchable for t in self._active.values()))
+        self._rooms.release(self.owner(trial.name), self.spec.priority, keep)
 
     def _end(self, trial: TrialInfo, phase: TrialPhase, reason: str, message: str, now: float | None) -> list[Decision]:
         """Make a trial terminal: release its resources and tell the scheduler and study."""
@@ -175,7 +166,14 @@ class TrialRunner(TrialEvents, SpecAndRestart):
     # ------------------------------------------------------------------ the loop
 
     def step(self, now: float) -> list[Decision]:
-        """Finish checks, then create trials up to the budget, then launch what fits."""
+        """Finish checks, then create trials up to the budget, then launch what fits; the
+        rooms of ended trials that no launch took go back to the ledger's line."""
+        try:
+            return self._step(now)
+        finally:
+            self._rooms.let_go()
+
+    def _step(self, now: float) -> list[Decision]:
         if self.closed:       # the controller stopped: no trial created or launched (close())
             return []
         decisions = self._check_finished(now)
@@ -243,8 +241,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
                 # Every trial asks for the same resources: if one can never run, none can.
                 return self._end(trial, FAILED, "Infeasible", problem, now) + self._finish(
                     now, "Failed", "Infeasible", f"trials cannot run on this cluster: {problem}")
-            self.ledger.set_waiting(owner, self._bundles, self.spec.priority)
-            if not self.ledger.try_acquire(owner, self._bundles, self.spec.priority):
+            if not self._rooms.acquire(owner, self._bundles, self.spec.priority):
                 reason = self.ledger.queue_reason(owner)
                 if trial.phase is QUEUED and trial.message == reason and trial.queued_since is not None:
                     return []       # (one Queued by an older operator is written once, with its queuedSince)
@@ -389,6 +386,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions: list[Decision] = []
         for trial in list(self._active.values()):
             decisions += self._end(trial, STOPPED, "ExperimentFinished", f"experiment finished: {reason}", now)
+        self._rooms.let_go()     # (finished outside a step too: on a result)
         self.finished = FinishExperiment(phase, reason, message)
         return decisions + [self.finished]
 
@@ -397,4 +395,5 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions: list[Decision] = []
         for trial in list(self._active.values()):
             decisions += self._end(trial, STOPPED, reason, "", now)
+        self._rooms.let_go()
         return decisions

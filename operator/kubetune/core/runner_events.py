@@ -229,7 +229,7 @@ class TrialEvents:
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
             return []
-        self._release(trial)
+        self._release(trial, warm=False)     # its worker may be gone: nothing to start warm in
         if evicted:
             cluster_fault = True
             trial.evictions += 1

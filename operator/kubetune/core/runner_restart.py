@@ -66,6 +66,7 @@ class SpecAndRestart:
         and a same-named Experiment created next could not acquire its trial's key."""
         self.closed = True
         self.withdraw_queued(self._active.values())
+        self._rooms.let_go()
 
     def withdraw_queued(self, trials: Iterable[TrialInfo]) -> None:
         """Queued ``trials`` this runner will not try now (its budget used up, no slot under

@@ -13,7 +13,6 @@ per process, so every other address is served by a driver process of its own
 to its ServiceAccount token, so it is refused there unless the operator allows it.
 
 A driver process lives while an Experiment needs its address and ``idle_s`` more (retire_idle).
-
 Which other addresses an Experiment may name is the operator's choice (issue 25, N2):
 its allow-list (spec/ray_allowlist.py, ``--ray-allowed-addresses``) is asked before any
 connection, and an address it does not hold fails the Experiment (``RayAddressRefused``).
@@ -32,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from kubetune.core.backoff import Backoff
 from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.core.warm_room import WARM_PASSES
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
 from kubetune.executors.ray.connection import RayConnection
 from kubetune.executors.ray.errors import RayUnavailableError
@@ -66,7 +66,7 @@ class RayPlatform(ExecutorPlatform):
         # threads of its own (0: the event loop's default pool), made when first needed
         self._thread_count = threads
         self._threads: ThreadPoolExecutor | None = None
-        self.ledger = ResourceLedger()
+        self.ledger = ResourceLedger(warm_passes=WARM_PASSES)    # the next trial on the pooled worker
         self.ledger.set_weights(dict(weights or {}))    # namespace -> weight (core/fair_share.py)
         self._executor_factory = executor_factory
         self._clock = clock

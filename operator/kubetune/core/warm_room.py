@@ -1,0 +1,74 @@
+"""A trial's room, kept for the next trial of its Experiment (issue 26, cause 2).  Pure.
+
+A platform may keep the worker of a trial that ended for its Experiment's next trial
+(a pooled worker process), which then starts in it at once.  A new worker must first
+start a process: 12-26 s on a busy 1-CPU cluster head, which starts them one at a time,
+with the trial's slot held all the while.  The fair line (core/fair_share.py) gives
+freed room to whoever is next, most often another Experiment, whose new worker then
+evicts the idle one to make room.  With many small Experiments nearly every trial
+started cold: 1.5 trials/s on the cluster where one Experiment ran 34.
+
+So when a trial ends and its Experiment will launch another, its room is kept for that
+one and passed to it out of turn (the ledger's ``pass_on``).  This is delay scheduling
+(Zaharia et al., EuroSys 2010): the request first in line waits a little while the
+room goes where the work starts warm.  It is bounded:
+- one room passes at most ``ledger.warm_passes`` times in a row; then it goes back to
+  the line.  So whoever is first in line waits at most that many short trials per
+  slot, however many Experiments keep rooms;
+- never past a waiting higher priority, nor while Experiments are being built (their
+  first trials go first: fair_share.kept_for_starting);
+- each pass counts as a grant in the line's tie-breaks, so an Experiment that was
+  passed rooms is served that much later: the long-run shares stay the line's;
+- a kept room the runner's step did not use goes back to the line at the step's end.
+"""
+from __future__ import annotations
+
+from kubetune.core.resources import ResourceLedger
+from kubetune.spec.resources import Resources
+
+# A platform with warm workers (a pool of them) lets a room pass this many times in a row:
+# an Experiment runs up to 1 + 3 trials per turn in line, 3 of them warm, and the first
+# in line waits for at most 3 short trials per slot.
+WARM_PASSES = 3
+
+
+class WarmRooms:
+    """One runner's kept rooms in its ledger (None: no ledger, nothing kept); owners are
+    its trials' ledger keys."""
+
+    def __init__(self, ledger: ResourceLedger | None) -> None:
+        self._ledger = ledger
+        self._kept: list[tuple[str, int]] = []   # (owner whose trial ended, passes its room made)
+        self._passes: dict[str, int] = {}        # holder -> passes its room made before it got it
+
+    def release(self, owner: str, priority: int, keep: bool) -> None:
+        """``owner``'s trial ended (or paused): keep its room for the runner's next launch
+        if ``keep`` (the Experiment will launch another trial that fits it) and the
+        bounds allow; else it goes back to the line."""
+        passes = self._passes.pop(owner, 0)
+        ledger = self._ledger
+        if ledger is None:
+            return
+        if keep and passes < ledger.warm_passes and ledger.may_pass_on(owner, priority):
+            self._kept.append((owner, passes))
+        else:
+            ledger.release(owner)
+
+    def acquire(self, owner: str, bundles: list[Resources], priority: int) -> bool:
+        """A kept room, else a turn in the ledger's line (joining it if refused)."""
+        ledger = self._ledger
+        assert ledger is not None, "nothing to acquire without a ledger"
+        while self._kept:
+            holder, passes = self._kept.pop()
+            if ledger.pass_on(holder, owner):
+                self._passes[owner] = passes + 1
+                return True
+            ledger.release(holder)
+        ledger.set_waiting(owner, bundles, priority)
+        return ledger.try_acquire(owner, bundles, priority)
+
+    def let_go(self) -> None:
+        """Every kept room back to the line (the step is over: nothing more starts now)."""
+        kept, self._kept = self._kept, []
+        for holder, _ in kept:
+            self._ledger.release(holder)     # (only kept with a ledger)
