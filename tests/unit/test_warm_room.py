@@ -7,9 +7,12 @@ Two Experiments share a ledger of one CPU, one trial's worth: ``a`` runs, ``b`` 
 first in line for the same CPU."""
 from __future__ import annotations
 
+import pytest
+
 from kubetune.core.resources import ResourceLedger, Resources
+from kubetune.core.runner import TrialRunner
 from kubetune.core.types import LaunchTrial, Result, TrialPhase
-from unit_helpers import make_runner, make_spec, of_type
+from unit_helpers import make_runner, make_spec, of_type, records_of
 
 CPU = [Resources(cpu=1)]
 B_TRIAL = "ns/b/b-0"
@@ -90,8 +93,92 @@ def test_a_room_never_passes_while_experiments_are_being_built():
     assert not ledger.holds("ns/a/" + first) and ledger.used() == Resources()
 
 
-def test_a_kept_room_nobody_launches_into_goes_back_at_the_end_of_the_step():
-    """Its Experiment's last trial ended: nothing is launched, so b gets the CPU."""
+def ended_and_kept():
+    """``a``'s trial ended in the poll, its room kept; nobody waited then."""
+    ledger = ledger_of_one_cpu(3)
+    a = experiment_a(ledger)
+    (first,) = launched(a.step(0.0))
+    a.on_trial_launched(first, 0.0)
+    a.on_trial_result(first, Result(0, 1, {"loss": 1.0}, 1.0), 1.0)
+    a.on_trial_completed(first, 1.0)
+    assert ledger.holds("ns/a/" + first), "kept"
+    return ledger, a
+
+
+@pytest.mark.parametrize("arrives", ["a higher priority", "an Experiment being built"])
+def test_the_bounds_are_asked_again_when_the_room_would_pass(arrives):
+    """Between the poll that kept the room and the step that would pass it, the controller
+    awaits (the ended trial's writes, its stop): another controller runs meanwhile."""
+    ledger, a = ended_and_kept()
+    if arrives == "a higher priority":
+        ledger.set_waiting("ns/hi/hi-0", CPU, priority=5)
+        assert not launched(a.step(2.0)) and ledger.used() == Resources(), "the room went back to the line"
+    else:
+        ledger.starting("ns/c/")
+        # back to the line, where a, holding nothing now, may have it (a first trial's due)
+        assert launched(a.step(2.0)) == ["a-1"]
+    assert ledger.work["passed_on"] == 0
+
+
+def test_a_passed_room_stays_on_the_node_its_warm_worker_is_on():
+    """The ledger must not record the successor on another node: it would then grant the
+    node the worker is on to a trial Ray cannot place beside it."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=5, gpu=1), [Resources(cpu=1), Resources(cpu=4, gpu=1)])
+    assert ledger.try_acquire("ns/c/c-0", CPU) and ledger.try_acquire("ns/a/a-0", CPU)   # node 0, node 1
+    ledger.release("ns/c/c-0")
+    assert ledger.may_pass_on("ns/a/a-0", 0) and ledger.pass_on("ns/a/a-0", "ns/a/a-1", CPU)
+    assert ledger._held["ns/a/a-1"] == [(1, Resources(cpu=1))]
+    assert not ledger.try_acquire("ns/g/g-0", [Resources(cpu=4, gpu=1)]), "node 1 is not whole"
+
+
+def test_a_room_passes_only_to_a_request_of_the_same_shape():
+    ledger = ledger_of_one_cpu(3)
+    assert ledger.try_acquire("ns/a/a-0", CPU)
+    assert not ledger.pass_on("ns/a/a-0", "ns/a/a-1", [Resources(cpu=0.5)])
+    assert ledger.holds("ns/a/a-0") and not ledger.holds("ns/a/a-1")
+
+
+def test_a_request_woken_for_free_room_that_takes_a_passed_room_instead_wakes_the_next():
+    """Otherwise the free room waits for a capacity refresh with a request that fits it."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=4))
+    woken = []
+    for experiment in ("x/a/", "y/b/"):
+        ledger.watch(experiment, lambda experiment=experiment: woken.append(experiment))
+    for owner in ("x/a/r", "y/c/c1", "y/c/c2", "y/c/c3"):
+        assert ledger.try_acquire(owner, CPU)
+    for owner in ("x/a/q", "y/b/b"):
+        ledger.set_waiting(owner, CPU)
+    ledger.release("y/c/c1")    # a CPU free: x/a/q is first in line (x holds less than y), and woken
+    assert woken == ["x/a/"]
+    assert ledger.may_pass_on("x/a/r", 0) and ledger.pass_on("x/a/r", "x/a/q", CPU)
+    assert woken == ["x/a/", "y/b/"] and ledger.try_acquire("y/b/b", CPU)
+
+
+def test_a_runner_the_controller_builds_and_then_attaches_to_the_ledger_passes_rooms():
+    """The controller replays an Experiment without a ledger and attaches the cluster's
+    after (controller/restore.py): fresh, and restored with a trial running."""
+    spec = make_spec(budget={"maxTrials": 10, "parallelism": 1}, trial={"resources": {"cpu": 1}})
+    fresh = TrialRunner(spec, experiment="a", start_time=0.0, ledger=None, owner="ns/a/")
+    fresh.restore([])
+    ledger = ledger_of_one_cpu(3)
+    fresh.attach_ledger(ledger)
+    (first,) = launched(fresh.step(0.0))
+    restored = TrialRunner(spec, experiment="a", start_time=0.0, ledger=None, owner="ns/a/")
+    fresh.on_trial_launched(first, 0.0)
+    restored.restore(records_of(fresh))
+    ledger = ledger_of_one_cpu(3)
+    restored.attach_ledger(ledger)
+    assert ledger.holds("ns/a/" + first)
+    ledger.set_waiting(B_TRIAL, CPU)
+    assert len(launched(finish(restored, first, 1.0))) == 1 and ledger.work["passed_on"] == 1
+    restored.close()
+    assert ledger.used() == Resources(cpu=1), "the passed room is held by the running trial"
+
+
+def test_the_last_trial_s_room_is_not_kept():
+    """Its Experiment's last trial ended: nothing more to launch, so b gets the CPU."""
     ledger, a, first = running_a_and_waiting_b(passes=3, trials=1)
     finish(a, first, 1.0)
     assert a.finished is not None
@@ -123,6 +210,29 @@ def test_a_deleted_experiment_keeps_no_room():
     assert ledger.try_acquire(B_TRIAL, CPU)
 
 
+def test_a_room_kept_when_the_controller_stops_goes_back():
+    """The controller stops (close) between the poll that kept a room and any step."""
+    ledger, a = ended_and_kept()
+    a.close()
+    assert ledger.used() == Resources()
+
+
+def test_rooms_kept_in_one_poll_pass_to_as_many_launches():
+    """Two trials end in one poll: both rooms pass, one to each next trial."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=2))
+    spec = make_spec(budget={"maxTrials": 10, "parallelism": 2}, trial={"resources": {"cpu": 1}})
+    a = make_runner(spec, ledger, name="a", owner="ns/a/")
+    ended = launched(a.step(0.0))
+    ledger.set_waiting(B_TRIAL, CPU)
+    for name in ended:
+        a.on_trial_launched(name, 0.0)
+        a.on_trial_result(name, Result(0, 1, {"loss": 1.0}, 1.0), 1.0)
+        a.on_trial_completed(name, 1.0)
+    assert len(launched(a.step(1.0))) == 2 and ledger.work["passed_on"] == 2
+    assert not ledger.try_acquire(B_TRIAL, CPU)
+
+
 def test_the_room_of_a_paused_trial_that_resumes_at_once_is_its_own_again():
     """The kept room's holder and the launch are the same trial: the ledger cannot pass a
     room to its own holder, so it is released and taken again in line."""
@@ -130,9 +240,9 @@ def test_the_room_of_a_paused_trial_that_resumes_at_once_is_its_own_again():
     a = experiment_a(ledger)
     (first,) = launched(a.step(0.0))
     owner = "ns/a/" + first
-    a._rooms.release(owner, 0, keep=True)
+    a.rooms.release(owner, 0, keep=True)
     assert ledger.holds(owner), "kept"
-    assert a._rooms.acquire(owner, CPU, 0) and ledger.holds(owner)
+    assert a.rooms.acquire(owner, CPU, 0) and ledger.holds(owner)
     assert ledger.work["passed_on"] == 0
 
 
@@ -153,3 +263,35 @@ def test_a_kept_room_the_step_does_not_launch_into_goes_back_at_the_step_s_end()
     assert ledger.holds("ns/a/" + first), "kept for a launch"
     assert not launched(a.step(10.0)) and a.finished is None
     assert ledger.try_acquire(B_TRIAL, CPU)
+
+
+def test_a_timed_out_run_s_room_does_not_pass_its_worker_hung():
+    ledger = ledger_of_one_cpu(3)
+    spec = make_spec(budget={"maxTrials": 10, "parallelism": 1}, trial={"resources": {"cpu": 1}, "timeout": "30s"})
+    a = make_runner(spec, ledger, name="a", owner="ns/a/")
+    (first,) = launched(a.step(0.0))
+    a.on_trial_launched(first, 0.0)
+    ledger.set_waiting(B_TRIAL, CPU)
+    assert not launched(a.step(40.0)) and a.trials[first].reason == "TimedOut"
+    assert ledger.work["passed_on"] == 0 and ledger.try_acquire(B_TRIAL, CPU)
+
+
+def test_a_trial_ending_after_the_controller_stopped_keeps_no_room():
+    """No step comes after close(): a room kept then would be held for good."""
+    ledger, a, first = running_a_and_waiting_b(passes=3)
+    a.close()
+    a.on_trial_launched(first, 1.0)
+    a.on_trial_result(first, Result(0, 1, {"loss": 1.0}, 1.0), 1.0)
+    a.on_trial_completed(first, 1.0)
+    assert ledger.used() == Resources()
+
+
+def test_a_trial_of_several_bundles_keeps_no_room():
+    """Its actor is its own, never pooled: nothing warm to start the next in."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=2))
+    spec = make_spec(budget={"maxTrials": 10, "parallelism": 1}, trial={"resources": {"cpu": 1, "bundles": 2}})
+    a = make_runner(spec, ledger, name="a", owner="ns/a/")
+    (first,) = launched(a.step(0.0))
+    ledger.set_waiting("ns/b/b-0", [Resources(cpu=1)] * 2)
+    assert not launched(finish(a, first, 1.0)) and ledger.work["passed_on"] == 0

@@ -280,6 +280,9 @@ class ExperimentController:
             # its first step asked for what it wants: no room is kept for it any more
             # (not at ``watch``: a burst's Experiments all pass it before any steps)
             ctx.platform.ledger.started(ctx.prefix)
+            # a room kept for a launch the cycle did not reach (it failed) goes back to the line
+            if ctx.runner is not None:
+                ctx.runner.rooms.let_go()
         if self.checkpoints.to_delete:
             await self.checkpoints.delete_ended()
         await self.status.flush()

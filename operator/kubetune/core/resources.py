@@ -251,18 +251,22 @@ class ResourceLedger(QueueWords):
         first = self._current_line().keys[0]
         return first[0] >= -priority
 
-    def pass_on(self, holder: str, successor: str) -> bool:
-        """``holder``'s room to ``successor``, out of turn (may_pass_on said it may): a grant,
-        counted as one in the fair line's tie-breaks. False if either cannot."""
-        if holder not in self._held or successor in self._held:
+    def pass_on(self, holder: str, successor: str, bundles: list[Resources]) -> bool:
+        """``holder``'s room, on the node(s) it is on (where its warm worker is), to
+        ``successor`` asking the same ``bundles``, out of turn (ask ``may_pass_on`` first):
+        a grant, counted as one in the fair line's tie-breaks. False if it cannot."""
+        placements = self._held.get(holder)
+        if placements is None or successor in self._held or [b for _, b in placements] != list(bundles):
             return False
-        bundles = [bundle for _, bundle in self._held[holder]]
-        self._unplace(holder)
-        self._place(successor, bundles, force=True)
-        self._waiting.pop(successor, None)
+        self._held[successor] = self._held.pop(holder)
+        self._held_total[successor] = self._held_total.pop(holder)
+        self._line = None
         self.work["grants"] += 1
         self.work["passed_on"] += 1
         self._served.update(groups(successor))
+        if self._waiting.pop(successor, None) is not None and successor == self._woken:
+            self._woken = None      # it was woken for room it did not take: the next may take that
+            self._wake_first()
         return True
 
     def feasibility(self, bundles: list[Resources]) -> str | None:

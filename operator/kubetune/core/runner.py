@@ -52,7 +52,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         self.experiment = experiment
         self.start_time = start_time
         self.ledger = ledger
-        self._rooms = WarmRooms(ledger)    # the rooms of ended trials, kept for the next launch
+        self.rooms = WarmRooms(ledger)    # the rooms of ended trials, kept for the next launch
         self._owner_prefix = owner if owner is not None else f"{experiment}/"
         self.searcher = Searcher(spec, study_name=experiment, warm_start=list(warm_start))
         # what the controller could not find (an Experiment with no Trials) comes first
@@ -129,10 +129,10 @@ class TrialRunner(TrialEvents, SpecAndRestart):
 
     def _release(self, trial: TrialInfo, warm: bool = True) -> None:
         """Its room back to the ledger, or kept for this Experiment's next launch if its
-        worker is ``warm`` to host that (core/warm_room.py)."""
-        keep = warm and len(self._bundles) == 1 and not (self.finished or self.closed or self.spec.suspend) \
+        worker is ``warm`` to host that (core/warm_room.py): not if its run failed or hung."""
+        keep = warm and trial.phase is not FAILED and len(self._bundles) == 1 and not (self.finished or self.closed or self.spec.suspend) \
             and (self._created < self.max_trials or any(t.launchable for t in self._active.values()))
-        self._rooms.release(self.owner(trial.name), self.spec.priority, keep)
+        self.rooms.release(self.owner(trial.name), self.spec.priority, keep)
 
     def _end(self, trial: TrialInfo, phase: TrialPhase, reason: str, message: str, now: float | None) -> list[Decision]:
         """Make a trial terminal: release its resources and tell the scheduler and study."""
@@ -171,7 +171,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         try:
             return self._step(now)
         finally:
-            self._rooms.let_go()
+            self.rooms.let_go()
 
     def _step(self, now: float) -> list[Decision]:
         if self.closed:       # the controller stopped: no trial created or launched (close())
@@ -241,7 +241,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
                 # Every trial asks for the same resources: if one can never run, none can.
                 return self._end(trial, FAILED, "Infeasible", problem, now) + self._finish(
                     now, "Failed", "Infeasible", f"trials cannot run on this cluster: {problem}")
-            if not self._rooms.acquire(owner, self._bundles, self.spec.priority):
+            if not self.rooms.acquire(owner, self._bundles, self.spec.priority):
                 reason = self.ledger.queue_reason(owner)
                 if trial.phase is QUEUED and trial.message == reason and trial.queued_since is not None:
                     return []       # (one Queued by an older operator is written once, with its queuedSince)
@@ -386,7 +386,7 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions: list[Decision] = []
         for trial in list(self._active.values()):
             decisions += self._end(trial, STOPPED, "ExperimentFinished", f"experiment finished: {reason}", now)
-        self._rooms.let_go()     # (finished outside a step too: on a result)
+        self.rooms.let_go()     # (finished outside a step too: on a result)
         self.finished = FinishExperiment(phase, reason, message)
         return decisions + [self.finished]
 
@@ -395,5 +395,5 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         decisions: list[Decision] = []
         for trial in list(self._active.values()):
             decisions += self._end(trial, STOPPED, reason, "", now)
-        self._rooms.let_go()
+        self.rooms.let_go()
         return decisions

@@ -14,6 +14,7 @@ from kubetune.core.spec_change import accept_spec_change
 from kubetune.core.trial import TrialInfo, from_record
 from kubetune.core.types import Decision, FinishExperiment, TrialPhase, TrialPhaseChanged, TrialRecord
 from kubetune.core.values import is_finite
+from kubetune.core.warm_room import WarmRooms
 from kubetune.spec.model import ExperimentSpec
 
 RUNNING, PAUSED, PENDING, QUEUED = TrialPhase.RUNNING, TrialPhase.PAUSED, TrialPhase.PENDING, TrialPhase.QUEUED
@@ -66,7 +67,7 @@ class SpecAndRestart:
         and a same-named Experiment created next could not acquire its trial's key."""
         self.closed = True
         self.withdraw_queued(self._active.values())
-        self._rooms.let_go()
+        self.rooms.let_go()
 
     def withdraw_queued(self, trials: Iterable[TrialInfo]) -> None:
         """Queued ``trials`` this runner will not try now (its budget used up, no slot under
@@ -105,6 +106,7 @@ class SpecAndRestart:
         """Join the cluster's shared ledger after a ``restore`` done without one (in a
         thread, off the loop that owns the ledger): running trials keep their resources."""
         self.ledger = ledger
+        self.rooms = WarmRooms(ledger)
         for trial in self._active.values():
             if trial.phase is RUNNING:
                 ledger.adopt(self.owner(trial.name), self._bundles)

@@ -26,11 +26,6 @@ from __future__ import annotations
 from kubetune.core.resources import ResourceLedger
 from kubetune.spec.resources import Resources
 
-# A platform with warm workers (a pool of them) lets a room pass this many times in a row:
-# an Experiment runs up to 1 + 3 trials per turn in line, 3 of them warm, and the first
-# in line waits for at most 3 short trials per slot.
-WARM_PASSES = 3
-
 
 class WarmRooms:
     """One runner's kept rooms in its ledger (None: no ledger, nothing kept); owners are
@@ -55,12 +50,16 @@ class WarmRooms:
             ledger.release(owner)
 
     def acquire(self, owner: str, bundles: list[Resources], priority: int) -> bool:
-        """A kept room, else a turn in the ledger's line (joining it if refused)."""
+        """A kept room, else a turn in the ledger's line (joining it if refused).  The
+        bounds are asked again: a higher priority, or an Experiment being built, may have
+        come while the room was kept (the controller's awaits between a trial's end and
+        the step that launches the next)."""
         ledger = self._ledger
-        assert ledger is not None, "nothing to acquire without a ledger"
+        if ledger is None:
+            raise RuntimeError("a runner without a ledger acquires nothing")
         while self._kept:
             holder, passes = self._kept.pop()
-            if ledger.pass_on(holder, owner):
+            if ledger.may_pass_on(holder, priority) and ledger.pass_on(holder, owner, bundles):
                 self._passes[owner] = passes + 1
                 return True
             ledger.release(holder)

@@ -13,6 +13,7 @@ per process, so every other address is served by a driver process of its own
 to its ServiceAccount token, so it is refused there unless the operator allows it.
 
 A driver process lives while an Experiment needs its address and ``idle_s`` more (retire_idle).
+
 Which other addresses an Experiment may name is the operator's choice (issue 25, N2):
 its allow-list (spec/ray_allowlist.py, ``--ray-allowed-addresses``) is asked before any
 connection, and an address it does not hold fails the Experiment (``RayAddressRefused``).
@@ -31,7 +32,6 @@ from typing import Any, Callable, Mapping
 
 from kubetune.core.backoff import Backoff
 from kubetune.core.resources import ResourceLedger, Resources
-from kubetune.core.warm_room import WARM_PASSES
 from kubetune.executors.platform import ExecutorPlatform, PlatformRefused
 from kubetune.executors.ray.connection import RayConnection
 from kubetune.executors.ray.errors import RayUnavailableError
@@ -42,7 +42,6 @@ from kubetune.spec import ray_allowlist
 from kubetune.spec.model import ExperimentSpec
 
 log = logging.getLogger(__name__)
-
 CAPACITY_REFRESH_SECONDS = 2.0
 MAX_RECONNECT_BACKOFF_SECONDS = 30.0
 DRIVER_IDLE_SECONDS = 300.0
@@ -50,6 +49,7 @@ DRIVER_THREADS = 4      # calls in flight to one other cluster's driver process
 # calls in flight to the operator's own cluster: threads of its own, so calls stuck in an
 # outage (outage.py) never take the threads the Kubernetes writes share (asyncio's default pool)
 CLUSTER_THREADS = 8
+WARM_PASSES = 3    # a trial's room passes to its Experiment's next, on the pooled worker: pool.py
 
 
 class RayPlatform(ExecutorPlatform):
@@ -66,7 +66,7 @@ class RayPlatform(ExecutorPlatform):
         # threads of its own (0: the event loop's default pool), made when first needed
         self._thread_count = threads
         self._threads: ThreadPoolExecutor | None = None
-        self.ledger = ResourceLedger(warm_passes=WARM_PASSES)    # the next trial on the pooled worker
+        self.ledger = ResourceLedger(warm_passes=WARM_PASSES)
         self.ledger.set_weights(dict(weights or {}))    # namespace -> weight (core/fair_share.py)
         self._executor_factory = executor_factory
         self._clock = clock

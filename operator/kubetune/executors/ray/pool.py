@@ -9,7 +9,11 @@ namespace): they keep experiments apart, not tenants (README: Security).
 
 A pooled worker is keyed by experiment + resource shape + runtime_env; it waits in
 the pool after its trial ends and is killed after ``idle_ttl_s``, or at once when a
-new worker of another shape needs what it holds.  A dedicated actor (multi-bundle
+new worker of another shape needs what it holds.  So that the next trial of its
+experiment gets it, the ended trial's room in the ledger passes to that trial out of
+turn, up to ``platform.WARM_PASSES`` (3) times in a row (core/warm_room.py): an
+Experiment runs up to 1 + 3 trials per turn in line, 3 of them warm, and the first in
+line waits for at most 3 short trials per slot.  A dedicated actor (multi-bundle
 trials, or ``reuse_actors=False``) is named after its trial and killed when it ends.
 """
 from __future__ import annotations
