@@ -183,7 +183,8 @@ class StateCollector(Collector):
         yield free
         # how freed room is handed over (issue 26): grants against wakes and refusals by cause
         events = CounterMetricFamily("kubetune_ledger_events",
-                                     "What the resource ledgers did: grants, wakes of an Experiment whose trial "
+                                     "What the resource ledgers did: grants (passed_on: of those, an ended trial's "
+                                     "room to its Experiment's next trial), wakes of an Experiment whose trial "
                                      "may start, refusals by cause, rebuilds of the waiting line", labels=["event"])
         counted: dict[str, int] = {}
         for handle in handles:
