@@ -233,17 +233,26 @@ def test_rooms_kept_in_one_poll_pass_to_as_many_launches():
     assert not ledger.try_acquire(B_TRIAL, CPU)
 
 
-def test_the_room_of_a_paused_trial_that_resumes_at_once_is_its_own_again():
-    """The kept room's holder and the launch are the same trial: the ledger cannot pass a
-    room to its own holder, so it is released and taken again in line."""
-    ledger = ledger_of_one_cpu(3)
-    a = experiment_a(ledger)
-    (first,) = launched(a.step(0.0))
-    owner = "ns/a/" + first
-    a.rooms.release(owner, 0, keep=True)
-    assert ledger.holds(owner), "kept"
-    assert a.rooms.acquire(owner, CPU, 0) and ledger.holds(owner)
-    assert ledger.work["passed_on"] == 0
+def test_a_pbt_exploit_relaunches_in_its_own_room_while_another_experiment_waits():
+    """A PBT exploit pauses a trial and relaunches it at once from the donor's checkpoint
+    (runner_events._pause): its room, kept, is its own again, not b's (it would start
+    cold, queued behind b)."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=4))
+    spec = make_spec(scheduler={"type": "pbt", "maxIterations": 50, "perturbationInterval": 2},
+                     budget={"maxTrials": 4, "parallelism": 4}, trial={"resources": {"cpu": 1}})
+    a = make_runner(spec, ledger, name="a", owner="ns/a/")
+    names = launched(a.step(0.0))
+    ledger.set_waiting(B_TRIAL, CPU)
+    out = []
+    for seq, iteration in enumerate((1, 2)):
+        for name, loss in zip(names, (0.1, 0.2, 0.3, 0.9)):
+            a.on_trial_launched(name, 0.0) if seq == 0 else None
+            location = f"/store/ns/a/{name}/checkpoint-{iteration:06d}"
+            out += a.on_trial_result(name, Result(seq, iteration, {"loss": loss}, 1.0, location, 0), 1.0)
+    assert launched(out) == [names[3]], "the exploit relaunched at once"
+    assert ledger.holds("ns/a/" + names[3]) and ledger.work["passed_on"] == 1
+    assert not ledger.try_acquire(B_TRIAL, CPU)
 
 
 def test_a_kept_room_the_step_does_not_launch_into_goes_back_at_the_step_s_end():
@@ -295,3 +304,30 @@ def test_a_trial_of_several_bundles_keeps_no_room():
     (first,) = launched(a.step(0.0))
     ledger.set_waiting("ns/b/b-0", [Resources(cpu=1)] * 2)
     assert not launched(finish(a, first, 1.0)) and ledger.work["passed_on"] == 0
+
+
+def test_a_long_run_keeps_no_room_b_would_wait_a_whole_run_per_pass():
+    ledger, a, first = running_a_and_waiting_b(passes=3)
+    assert not launched(finish(a, first, 3600.0))
+    assert ledger.work["passed_on"] == 0 and ledger.try_acquire(B_TRIAL, CPU)
+
+
+def test_no_more_rooms_are_kept_than_the_step_can_launch_trials():
+    """Four trials end in one poll with one trial left to make: one room is kept, three
+    go back to the line at once (not at the step's end, after every end's effects)."""
+    ledger = ResourceLedger(warm_passes=3)
+    ledger.set_capacity(Resources(cpu=4))
+    spec = make_spec(budget={"maxTrials": 5, "parallelism": 4}, trial={"resources": {"cpu": 1}})
+    a = make_runner(spec, ledger, name="a", owner="ns/a/")
+    for name in launched(a.step(0.0)):
+        a.on_trial_launched(name, 0.0)
+        a.on_trial_result(name, Result(0, 1, {"loss": 1.0}, 1.0), 1.0)
+        a.on_trial_completed(name, 1.0)
+    assert ledger.used() == Resources(cpu=1)
+
+
+def test_a_cluster_fault_s_retry_does_not_get_the_room_back_its_worker_is_gone():
+    ledger, a, first = running_a_and_waiting_b(passes=3)
+    a.on_trial_launched(first, 1.0)
+    assert not launched(a.on_trial_errored(first, "node lost", 1.0, cluster_fault=True) + a.step(1.0))
+    assert ledger.work["passed_on"] == 0 and ledger.try_acquire(B_TRIAL, CPU)

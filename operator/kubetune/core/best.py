@@ -65,3 +65,20 @@ class BestTrial:
         place the best trial changes, but for a trial found infeasible (reset, above)."""
         if self.best is None or self._objective.better(value, self.best.value):
             self.best = Best(value, trial.name, iteration, dict(trial.params))
+
+
+def best_text(spec: ExperimentSpec, best: Best | None, outcomes: Any, trials: Iterable[TrialInfo]) -> str:
+    """The best result in words for the Experiment's finishing message (``outcomes``: the
+    Pareto front's summary, with several objectives)."""
+    if spec.multi_objective:
+        return f"Pareto front of {outcomes.front_size if outcomes else 0} trials"
+    if best is None:
+        metric = spec.objective.metric
+        # reported, but never a finite value: say so, not that nothing came
+        nonfinite = sum(1 for t in trials if t.last_value is not None)
+        if nonfinite:
+            return (f"no best {metric}: every value the {nonfinite} trial{'s' * (nonfinite != 1)} reported was NaN or ±Infinity, "
+                    f"and a non-finite value never counts as best (diverging training? narrow the "
+                    f"search space, e.g. lower learning rates, or report a finite {metric})")
+        return f"no trial reported {metric}"
+    return f"best {spec.objective.metric} {best.value:.6g} ({best.trial}, iteration {best.iteration})"

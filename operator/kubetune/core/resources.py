@@ -253,10 +253,12 @@ class ResourceLedger(QueueWords):
 
     def pass_on(self, holder: str, successor: str, bundles: list[Resources]) -> bool:
         """``holder``'s room, on the node(s) it is on (where its warm worker is), to
-        ``successor`` asking the same ``bundles``, out of turn (ask ``may_pass_on`` first):
-        a grant, counted as one in the fair line's tie-breaks. False if it cannot."""
+        ``successor`` asking the same ``bundles`` (or ``holder`` itself, relaunched), out of
+        turn (ask ``may_pass_on`` first): a grant, counted as one in the fair line's
+        tie-breaks. False if it cannot."""
         placements = self._held.get(holder)
-        if placements is None or successor in self._held or [b for _, b in placements] != list(bundles):
+        if placements is None or (successor != holder and successor in self._held) \
+                or [b for _, b in placements] != list(bundles):
             return False
         self._held[successor] = self._held.pop(holder)
         self._held_total[successor] = self._held_total.pop(holder)

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping
 
 from kubetune.core import admission, budget as budgets, pareto
-from kubetune.core.best import BestTrial
+from kubetune.core.best import BestTrial, best_text
 from kubetune.core.curve import cut_back
 from kubetune.core.failures import FailureTally
 from kubetune.core.resources import ResourceLedger, trial_bundles
@@ -25,7 +25,7 @@ from kubetune.core.runner_restart import SpecAndRestart
 from kubetune.core.schedulers import make_scheduler
 from kubetune.core.search import Evaluated, Searcher
 from kubetune.core.search_values import latest_values, objective_value
-from kubetune.core.warm_room import WarmRooms
+from kubetune.core.warm_room import WarmRooms, short_run
 from kubetune.core.warm_trials import WarmTrial
 from kubetune.core.trial import TrialInfo
 from kubetune.core.usage import experiment_usage
@@ -127,18 +127,27 @@ class TrialRunner(TrialEvents, SpecAndRestart):
         if phase.is_terminal:
             self._active.pop(trial.name, None)
 
-    def _release(self, trial: TrialInfo, warm: bool = True) -> None:
-        """Its room back to the ledger, or kept for this Experiment's next launch if its
-        worker is ``warm`` to host that (core/warm_room.py): not if its run failed or hung."""
-        keep = warm and trial.phase is not FAILED and len(self._bundles) == 1 and not (self.finished or self.closed or self.spec.suspend) \
-            and (self._created < self.max_trials or any(t.launchable for t in self._active.values()))
-        self.rooms.release(self.owner(trial.name), self.spec.priority, keep)
+    def _release(self, trial: TrialInfo, now: float | None) -> None:
+        """Its room back to the ledger, or kept for a launch the step will make, which then
+        starts on the ended run's warm worker (core/warm_room.py; ``now`` None: never)."""
+        self.rooms.release(self.owner(trial.name), self.spec.priority, self._keeps_room(trial, now))
+
+    def _keeps_room(self, trial: TrialInfo, now: float | None) -> bool:
+        """Not after a run that failed, hung or ran long, and only while fewer rooms are
+        kept than the step can launch trials (under parallelism, of those it has or may make)."""
+        if now is None or trial.phase is FAILED or len(self._bundles) != 1 or self.finished or self.closed \
+                or self.spec.suspend or not short_run(trial.attempt_start, now):
+            return False
+        limit = self._in_flight_limit()
+        creatable = max(0, min(self.max_trials - self._created, limit - len(self._active)))
+        launchable = sum(1 for t in self._active.values() if t.launchable) + creatable
+        return len(self.rooms) < min(limit - self._counts[RUNNING], launchable)
 
     def _end(self, trial: TrialInfo, phase: TrialPhase, reason: str, message: str, now: float | None) -> list[Decision]:
         """Make a trial terminal: release its resources and tell the scheduler and study."""
         self._set_phase(trial, phase)
         trial.ended(reason, message, now)
-        self._release(trial)
+        self._release(trial, now)
         if phase is SUCCEEDED:
             self.scheduler.on_trial_complete(trial)
         elif phase is FAILED:
@@ -325,20 +334,8 @@ class TrialRunner(TrialEvents, SpecAndRestart):
     # ------------------------------------------------------------------ finishing
 
     def _best_text(self) -> str:
-        if self.spec.multi_objective:
-            outcomes = self._front.get(self)
-            return f"Pareto front of {outcomes.front_size if outcomes else 0} trials"
-        best = self._bests.best
-        if best is None:
-            metric = self.spec.objective.metric
-            # reported, but never a finite value: say so, not that nothing came
-            nonfinite = sum(1 for t in self._trials.values() if t.last_value is not None)
-            if nonfinite:
-                return (f"no best {metric}: every value the {nonfinite} trial{'s' * (nonfinite != 1)} reported was NaN or ±Infinity, "
-                        f"and a non-finite value never counts as best (diverging training? narrow the "
-                        f"search space, e.g. lower learning rates, or report a finite {metric})")
-            return f"no trial reported {metric}"
-        return f"best {self.spec.objective.metric} {best.value:.6g} ({best.trial}, iteration {best.iteration})"
+        return best_text(self.spec, self._bests.best, self._front.get(self) if self.spec.multi_objective else None,
+                         self._trials.values())
 
     def _with_failures(self, text: str) -> str:
         summary = self._failures.summary(self._created)

@@ -154,11 +154,11 @@ class TrialEvents:
     def _pause(self, trial: TrialInfo, decision: SchedulerDecision, now: float) -> list[Decision]:
         self._set_phase(trial, PAUSED)
         trial.reason, trial.message = decision.reason, decision.message
-        self._release(trial)
         donor = self._trials.get(decision.clone_from) if decision.clone_from else None
         decisions: list[Decision] = [PauseTrial(trial.name, decision.reason, decision.message,
                                                 clone_from=donor.name if donor is not None else None)]
         if donor is None:
+            self._release(trial, now)
             return decisions
         # PBT exploit: continue from the donor's checkpoint with explored parameters.
         trial.params = dict(decision.new_params or donor.params)
@@ -168,6 +168,7 @@ class TrialEvents:
                               "params": dict(trial.params)})
         del trial.lineage[:-KEPT_LINEAGE]
         trial.relaunch = True
+        self._release(trial, now)       # (after relaunch: the room it keeps is for its own relaunch)
         if not self._slot_free():
             return decisions        # parallelism was lowered: the next step relaunches it
         return decisions + self._try_launch(trial, now)
@@ -229,7 +230,7 @@ class TrialEvents:
         trial = self._trials.get(name)
         if trial is None or trial.phase is not RUNNING:
             return []
-        self._release(trial, warm=False)     # its worker may be gone: nothing to start warm in
+        self._release(trial, None)     # its worker may be gone: no room kept to start warm in
         if evicted:
             cluster_fault = True
             trial.evictions += 1

@@ -26,6 +26,15 @@ from __future__ import annotations
 from kubetune.core.resources import ResourceLedger
 from kubetune.spec.resources import Resources
 
+# A run that lasted longer keeps no room: its warm worker would save the start of a worker
+# process (seconds), while the request first in line waits a whole run for each pass.  So
+# that request waits at most (passes x this) per slot beyond its turn.
+SHORT_RUN_S = 60.0
+
+
+def short_run(started: float | None, now: float) -> bool:
+    return started is not None and now - started <= SHORT_RUN_S
+
 
 class WarmRooms:
     """One runner's kept rooms in its ledger (None: no ledger, nothing kept); owners are
@@ -36,9 +45,12 @@ class WarmRooms:
         self._kept: list[tuple[str, int]] = []   # (owner whose trial ended, passes its room made)
         self._passes: dict[str, int] = {}        # holder -> passes its room made before it got it
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def release(self, owner: str, priority: int, keep: bool) -> None:
         """``owner``'s trial ended (or paused): keep its room for the runner's next launch
-        if ``keep`` (the Experiment will launch another trial that fits it) and the
+        if ``keep`` (the runner will launch a trial that fits it: ``_keeps_room``) and the
         bounds allow; else it goes back to the line."""
         passes = self._passes.pop(owner, 0)
         ledger = self._ledger
@@ -57,6 +69,7 @@ class WarmRooms:
         ledger = self._ledger
         if ledger is None:
             raise RuntimeError("a runner without a ledger acquires nothing")
+        self._kept.sort(key=lambda entry: entry[0] == owner)   # its own (a pause relaunched) first
         while self._kept:
             holder, passes = self._kept.pop()
             if ledger.may_pass_on(holder, priority) and ledger.pass_on(holder, owner, bundles):
