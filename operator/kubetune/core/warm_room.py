@@ -12,9 +12,12 @@ So when a trial ends and its Experiment will launch another, its room is kept fo
 one and passed to it out of turn (the ledger's ``pass_on``).  This is delay scheduling
 (Zaharia et al., EuroSys 2010): the request first in line waits a little while the
 room goes where the work starts warm.  It is bounded:
-- one room passes at most ``ledger.warm_passes`` times in a row; then it goes back to
-  the line.  So whoever is first in line waits at most that many short trials per
-  slot, however many Experiments keep rooms;
+- only a run of at most ``SHORT_RUN_S`` keeps its room, and one room passes at most
+  ``ledger.warm_passes`` times in a row; then it goes back to the line.  So whoever is
+  first in line waits at most that many short runs per slot beyond its turn, however
+  many Experiments keep rooms;
+- only as many rooms as the runner can launch trials into (TrialRunner._keeps_room),
+  never after a failed or hung run (its worker may be gone);
 - never past a waiting higher priority, nor while Experiments are being built (their
   first trials go first: fair_share.kept_for_starting);
 - each pass counts as a grant in the line's tie-breaks, so an Experiment that was
