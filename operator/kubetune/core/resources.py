@@ -243,13 +243,18 @@ class ResourceLedger(QueueWords):
     def may_pass_on(self, owner: str, priority: int) -> bool:
         """Whether ``owner``'s room may go to the next trial of its Experiment out of turn
         (core/warm_room.py): not while Experiments are being built (everyone's first trial
-        comes first: fair_share.kept_for_starting), nor past a waiting higher priority."""
+        comes first: fair_share.kept_for_starting), nor past a waiting higher priority, nor
+        to an Experiment granted more trials than another that waits (they go in rounds)."""
         if not self.warm_passes or self._starting or owner not in self._held:
             return False
         if not self._waiting or not self._known:
             return True
-        first = self._current_line().keys[0]
-        return first[0] >= -priority
+        if self._current_line().keys[0][0] < -priority:
+            return False
+        experiment = groups(owner)[1]
+        served = self._served.get(experiment, 0)
+        return all(self._served.get(groups(other)[1], 0) >= served
+                   for other in self._waiting if not other.startswith(experiment))
 
     def pass_on(self, holder: str, successor: str, bundles: list[Resources]) -> bool:
         """``holder``'s room, on the node(s) it is on (where its warm worker is), to
