@@ -3,8 +3,10 @@ starts on the ended one's warm pooled worker (core/warm_room.py, issue 26 cause 
 only within the bounds: a few times in a row, never past a higher priority, never while
 Experiments are being built, and never kept beyond the runner's step.
 
-Two Experiments share a ledger of one CPU, one trial's worth: ``a`` runs, ``b`` waits
-first in line for the same CPU."""
+Most tests: a ledger with one CPU left, one trial's worth, for ``a`` and ``b`` (in
+another namespace).  ``a`` runs; ``b`` waits first in line for the same CPU, since a's
+namespace holds another (a neighbour's): the fair line's turn is b's.  ``b`` was granted
+more trials before than ``a`` was, or no room would pass (they go in rounds)."""
 from __future__ import annotations
 
 import pytest
@@ -15,12 +17,15 @@ from kubetune.core.types import LaunchTrial, Result, TrialPhase
 from unit_helpers import make_runner, make_spec, of_type, records_of
 
 CPU = [Resources(cpu=1)]
-B_TRIAL = "ns/b/b-0"
+B_TRIAL = "nb/b/b-0"
+NEIGHBOUR = "ns/z/z-0"          # a's namespace, another Experiment: holds a CPU throughout
+HELD = Resources(cpu=1)         # what the neighbour holds
 
 
 def ledger_of_one_cpu(passes: int) -> ResourceLedger:
     ledger = ResourceLedger(warm_passes=passes)
-    ledger.set_capacity(Resources(cpu=1))
+    ledger.set_capacity(Resources(cpu=2))
+    assert ledger.try_acquire(NEIGHBOUR, CPU)
     return ledger
 
 
@@ -30,8 +35,17 @@ def experiment_a(ledger: ResourceLedger, trials: int = 10, max_failures: int = 0
     return make_runner(spec, ledger, name="a", owner="ns/a/")
 
 
-def running_a_and_waiting_b(passes: int, trials: int = 10, **sections):
+def served(ledger: ResourceLedger, owner: str, times: int) -> None:
+    """``owner``'s Experiment was granted ``times`` trials before (each ran and ended)."""
+    for _ in range(times):
+        assert ledger.try_acquire(owner, CPU)
+        ledger.release(owner)
+
+
+def running_a_and_waiting_b(passes: int, trials: int = 10, b_served: int = 10, **sections):
+    """b ran ``b_served`` trials before: more than a, so a may pass rooms (they go in rounds)."""
     ledger = ledger_of_one_cpu(passes)
+    served(ledger, B_TRIAL, b_served)
     a = experiment_a(ledger, trials, **sections)
     (first,) = launched(a.step(0.0))
     ledger.set_waiting(B_TRIAL, CPU)
@@ -69,7 +83,16 @@ def test_a_room_passes_to_the_next_trial_of_its_experiment_at_most_warm_passes_t
     assert a_trials_before_b_gets_the_cpu(ledger, a, first) == 1 + 3
     assert ledger.work["passed_on"] == 3
     # each pass was a grant, counted in the fair line's tie-breaks
-    assert ledger._served["ns/a/"] == 4 and ledger._served["ns"] == 4 + 1
+    assert ledger._served["ns/a/"] == 4 and ledger._served["ns"] == 4 + 1 and ledger._served["nb/b/"] == 10 + 1
+
+
+def test_a_room_passes_only_while_no_experiment_granted_fewer_trials_waits():
+    """Experiments go in rounds: b, granted 2 trials before, waits; a passes rooms while it
+    was granted no more than b (its first trial and two passes), then b gets the CPU."""
+    ledger, a, first = running_a_and_waiting_b(passes=3, b_served=2)
+    assert a_trials_before_b_gets_the_cpu(ledger, a, first) == 3
+    ledger, a, first = running_a_and_waiting_b(passes=3, b_served=0)
+    assert a_trials_before_b_gets_the_cpu(ledger, a, first) == 1
 
 
 def test_without_passes_the_room_goes_to_whoever_is_first_in_line():
@@ -90,7 +113,7 @@ def test_a_room_never_passes_while_experiments_are_being_built():
     ledger, a, first = running_a_and_waiting_b(passes=3)
     ledger.starting("ns/c/")
     assert not launched(finish(a, first, 1.0))
-    assert not ledger.holds("ns/a/" + first) and ledger.used() == Resources()
+    assert not ledger.holds("ns/a/" + first) and ledger.used() == HELD
 
 
 def ended_and_kept():
@@ -112,7 +135,7 @@ def test_the_bounds_are_asked_again_when_the_room_would_pass(arrives):
     ledger, a = ended_and_kept()
     if arrives == "a higher priority":
         ledger.set_waiting("ns/hi/hi-0", CPU, priority=5)
-        assert not launched(a.step(2.0)) and ledger.used() == Resources(), "the room went back to the line"
+        assert not launched(a.step(2.0)) and ledger.used() == HELD, "the room went back to the line"
     else:
         ledger.starting("ns/c/")
         # back to the line, where a, holding nothing now, may have it (a first trial's due)
@@ -146,6 +169,7 @@ def test_a_request_woken_for_free_room_that_takes_a_passed_room_instead_wakes_th
     woken = []
     for experiment in ("x/a/", "y/b/"):
         ledger.watch(experiment, lambda experiment=experiment: woken.append(experiment))
+    served(ledger, "y/b/b", 3)
     for owner in ("x/a/r", "y/c/c1", "y/c/c2", "y/c/c3"):
         assert ledger.try_acquire(owner, CPU)
     for owner in ("x/a/q", "y/b/b"):
@@ -169,12 +193,13 @@ def test_a_runner_the_controller_builds_and_then_attaches_to_the_ledger_passes_r
     fresh.on_trial_launched(first, 0.0)
     restored.restore(records_of(fresh))
     ledger = ledger_of_one_cpu(3)
+    served(ledger, B_TRIAL, 10)
     restored.attach_ledger(ledger)
     assert ledger.holds("ns/a/" + first)
     ledger.set_waiting(B_TRIAL, CPU)
     assert len(launched(finish(restored, first, 1.0))) == 1 and ledger.work["passed_on"] == 1
     restored.close()
-    assert ledger.used() == Resources(cpu=1), "the passed room is held by the running trial"
+    assert ledger.used() == HELD + Resources(cpu=1), "the passed room is held by the running trial"
 
 
 def test_the_last_trial_s_room_is_not_kept():
@@ -214,13 +239,14 @@ def test_a_room_kept_when_the_controller_stops_goes_back():
     """The controller stops (close) between the poll that kept a room and any step."""
     ledger, a = ended_and_kept()
     a.close()
-    assert ledger.used() == Resources()
+    assert ledger.used() == HELD
 
 
 def test_rooms_kept_in_one_poll_pass_to_as_many_launches():
     """Two trials end in one poll: both rooms pass, one to each next trial."""
     ledger = ResourceLedger(warm_passes=3)
     ledger.set_capacity(Resources(cpu=2))
+    served(ledger, B_TRIAL, 10)
     spec = make_spec(budget={"maxTrials": 10, "parallelism": 2}, trial={"resources": {"cpu": 1}})
     a = make_runner(spec, ledger, name="a", owner="ns/a/")
     ended = launched(a.step(0.0))
@@ -239,6 +265,7 @@ def test_a_pbt_exploit_relaunches_in_its_own_room_while_another_experiment_waits
     cold, queued behind b)."""
     ledger = ResourceLedger(warm_passes=3)
     ledger.set_capacity(Resources(cpu=4))
+    served(ledger, B_TRIAL, 10)
     spec = make_spec(scheduler={"type": "pbt", "maxIterations": 50, "perturbationInterval": 2},
                      budget={"maxTrials": 4, "parallelism": 4}, trial={"resources": {"cpu": 1}})
     a = make_runner(spec, ledger, name="a", owner="ns/a/")
@@ -260,6 +287,7 @@ def test_a_kept_room_the_step_does_not_launch_into_goes_back_at_the_step_s_end()
     the budget is used up while another trial runs on, so the Experiment is not finished."""
     ledger = ResourceLedger(warm_passes=3)
     ledger.set_capacity(Resources(cpu=2))
+    served(ledger, B_TRIAL, 10)
     spec = make_spec(budget={"maxTrials": 10, "parallelism": 2, "cpuHours": 0.001}, trial={"resources": {"cpu": 1}})
     a = make_runner(spec, ledger, name="a", owner="ns/a/")
     first, second = launched(a.step(0.0))
@@ -292,7 +320,7 @@ def test_a_trial_ending_after_the_controller_stopped_keeps_no_room():
     a.on_trial_launched(first, 1.0)
     a.on_trial_result(first, Result(0, 1, {"loss": 1.0}, 1.0), 1.0)
     a.on_trial_completed(first, 1.0)
-    assert ledger.used() == Resources()
+    assert ledger.used() == HELD
 
 
 def test_a_trial_of_several_bundles_keeps_no_room():
