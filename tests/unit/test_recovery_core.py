@@ -11,15 +11,7 @@ from kubetune.controller import render
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import LaunchTrial, PauseTrial, Result, TrialPhase
 from kubetune.examples.resumable import step
-from unit_helpers import make_runner, make_spec, of_type, quadratic
-
-
-def persisted(runner) -> list:
-    """The Trial resources the controller would write, read back as the runner's records."""
-    return [render.trial_record({"metadata": {"name": t.name},
-                                 "spec": {"index": t.index, "parameters": dict(t.params)},
-                                 "status": render.trial_status(t)})
-            for t in runner.trials.values()]
+from unit_helpers import make_runner, make_spec, of_type, quadratic, records_of
 
 
 def test_a_retry_past_the_last_checkpoint_redoes_those_iterations_once():
@@ -48,7 +40,7 @@ def test_failures_and_attempts_survive_an_operator_restart():
     assert before["failures"][0]["message"] == "simulated error at iteration 2"
 
     restored = make_runner(spec)
-    restored.restore(persisted(runner))
+    restored.restore(records_of(runner))
     trial = restored.trials["exp-0"]
     assert render.trial_status(trial) == before      # startTime included: it is the first launch's
     assert trial.failures == 1          # a cluster fault does not count against maxFailures

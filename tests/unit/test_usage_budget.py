@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from kubetune.controller import render
 from kubetune.core.budget import BUDGET_EXHAUSTED
 from kubetune.core.simulate import Simulator
 from kubetune.core.types import StopTrial, TrialPhase
 from kubetune.core.usage import TrialUsage
-from unit_helpers import make_runner, make_spec, of_type, quadratic
+from unit_helpers import make_runner, make_spec, of_type, quadratic, records_of
 
 TICK = 30.0     # simulated seconds per iteration
-
-
-def persisted(runner) -> list:
-    return [render.trial_record({"metadata": {"name": t.name}, "spec": {"index": t.index, "parameters": dict(t.params)},
-                                 "status": render.trial_status(t)}) for t in runner.trials.values()]
 
 
 def run(sim: Simulator, ticks: int | None = None) -> None:
@@ -36,7 +30,7 @@ def test_the_ledger_counts_every_attempt_once_across_a_restart():
                     faults=lambda name, attempt, iteration: "error" if (name, attempt, iteration) == ("exp-0", 0, 5) else None)
     run(sim, 7)
     restored = make_runner(spec)
-    restored.restore(persisted(runner))
+    restored.restore(records_of(runner))
     sim.runner = restored
     sim.reattach()
     run(sim)
