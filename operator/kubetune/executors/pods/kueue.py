@@ -16,13 +16,12 @@ None of these is a failure: a preempted trial is paused and resumes from its che
 """
 from __future__ import annotations
 
-import calendar
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from kubetune.core.admission import EVICTED, PREEMPTED, PROVISIONING, QUEUED
+from kubetune.executors.pods.times import epoch_of
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -115,8 +114,8 @@ def queue_wait(pod: Mapping[str, Any]) -> float | None:
     scheduled = _condition(pod.get("status") or {}, "PodScheduled")
     if scheduled is None or scheduled.get("status") != "True":
         return None
-    created = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
-    at = _epoch(scheduled.get("lastTransitionTime"))
+    created = epoch_of((pod.get("metadata") or {}).get("creationTimestamp"))
+    at = epoch_of(scheduled.get("lastTransitionTime"))
     if created is None or at is None:
         return None
     return max(0.0, at - created)
@@ -136,16 +135,3 @@ def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
-
-
-# Kubernetes writes times as RFC 3339 in UTC ("2026-01-01T00:00:42Z", microseconds in
-# MicroTime); parsed by hand: core/ has no clock and imports no datetime
-_RFC3339_UTC = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?Z$")
-
-
-def _epoch(timestamp: str | None) -> float | None:
-    match = _RFC3339_UTC.match(timestamp or "")
-    if match is None:
-        return None
-    *fields, fraction = match.groups()
-    return calendar.timegm(tuple(int(f) for f in fields) + (0, 0, 0)) + float(fraction or 0)

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from kubetune.executors.base import LaunchRequest
 from kubetune.executors.pods import kueue
+from kubetune.executors.pods.times import epoch_of
 from kubetune.spec.model import PARAM_REFERENCE, param_env_name
 from kubetune.spec.pod_policy import KUEUE_PREFIX, restricted_defaults
 
@@ -260,7 +261,7 @@ def container_waiting(pod: Mapping[str, Any], now: float) -> tuple[str, str, boo
         message = f"container {container.get('name')}: {(waiting.get('message') or reason).strip()}"
         if reason in FATAL_WAITING:
             return reason, message, True
-        started = _epoch(status.get("startTime"))
+        started = epoch_of(status.get("startTime"))
         if started is not None and now - started >= CONTAINER_WAITING_TIMEOUT_S:
             return reason, f"{message} (for {now - started:.0f}s, the limit is {CONTAINER_WAITING_TIMEOUT_S:.0f}s)", True
         return reason, message, False
@@ -273,21 +274,11 @@ def run_times(pod: Mapping[str, Any]) -> tuple[float | None, float | None]:
     containers = (pod.get("status") or {}).get("containerStatuses") or []
     state = (containers[0].get("state") or {}) if containers else {}
     if state.get("running"):
-        return _epoch(state["running"].get("startedAt")), None
+        return epoch_of(state["running"].get("startedAt")), None
     if state.get("terminated"):
         ended = state["terminated"]
-        return _epoch(ended.get("startedAt")), _epoch(ended.get("finishedAt"))
+        return epoch_of(ended.get("startedAt")), epoch_of(ended.get("finishedAt"))
     return None, None
-
-
-def _epoch(timestamp: str | None) -> float | None:
-    if not timestamp:
-        return None
-    from datetime import datetime
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def failure(pod: Mapping[str, Any]) -> tuple[str, bool]:
