@@ -107,3 +107,75 @@ def test_a_lost_or_refused_connection_is_an_outage():
     # none behind it says the connection's state is broken, not the rows: wait, keep them
     assert is_outage(wrapped(psycopg.errors.PipelineAborted("pipeline aborted")))
     assert is_outage(ConnectionRefusedError())
+
+
+class StuckStore(RefusingStore):
+    """The first write waits for ``release`` (a store that stopped answering); others go."""
+
+    def write(self, batch: Batch) -> None:
+        if not self.retrying.is_set():
+            self.retrying.set()
+            self.release.wait(30)
+        self.stored += [row.seq for row in batch.results]
+
+
+class AwayStore(RefusingStore):
+    """Every write fails as when the server is away."""
+
+    def write(self, batch: Batch) -> None:
+        self.alone += 1
+        raise wrapped(psycopg.OperationalError("connection refused"))
+
+
+def results(seqs) -> Batch:
+    return Batch(results=[ResultRow("A/exp-0", seq, seq, {}) for seq in seqs])
+
+
+def test_rows_left_when_the_writer_closes_are_counted_once_the_write_under_way_returns():
+    """close() waits up to its timeout. The rows its thread is writing then are not given
+    up: they may still be written. What waits behind them is, once that write returns
+    (before: not counted at all, so nothing said rows were lost)."""
+    store = StuckStore()
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(results(range(5)))
+        wait_for(store.retrying.is_set)          # the thread holds them, in a write that hangs
+        writer.submit(results(range(5, 8)))
+        writer.close(timeout=0.2)
+        assert writer.dropped == 0               # the write under way has not returned
+        store.release.set()
+        writer._thread.join(10)
+        assert not writer._thread.is_alive()
+        assert (writer.written, writer.dropped, writer.pending) == (5, 3, 0)
+        assert store.stored == [0, 1, 2, 3, 4]
+    finally:
+        store.release.set()
+
+
+def test_a_store_away_at_close_gives_up_each_row_once_and_a_second_close_adds_nothing():
+    store = AwayStore()
+    writer = ResultsWriter(lambda: store)
+    writer.submit(results(range(4)))
+    wait_for(lambda: store.alone >= 1)           # tried, failed, put back: retried with backoff
+    writer.close(timeout=0.2)
+    writer._thread.join(10)
+    assert (writer.written, writer.dropped, writer.pending) == (0, 4, 0)
+    writer.close(timeout=0.2)
+    assert writer.dropped == 4
+    writer.submit(results(range(4, 6)))          # after close: nothing will write it
+    assert (writer.dropped, writer.pending) == (6, 0)
+
+
+def test_a_refused_row_waiting_for_its_retry_at_close_is_given_up_once():
+    store = RefusingStore()                      # seq BAD_SEQ refused; its second try alone hangs
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(results(range(20)))
+        wait_for(lambda: len(store.stored) == 19)   # the rest is written; the bad row waits
+        writer.close(timeout=0.1)
+        store.release.set()
+        writer._thread.join(10)
+        assert not writer._thread.is_alive()
+        assert (writer.written, writer.dropped, writer.pending, writer.rejected) == (19, 1, 0, {})
+    finally:
+        store.release.set()

@@ -5,6 +5,7 @@ in memory, and which Experiment a row belongs to.  No I/O here."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sqlalchemy import exc
@@ -17,6 +18,25 @@ _OUTAGES = (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, ex
 
 ROW_OVERHEAD = 200      # bytes of a row object with its few scalars (measured with tracemalloc: ~150-250)
 METRIC_OVERHEAD = 120   # per metric: its dict slot, its name and value objects, its metric-row dict
+
+
+@dataclass
+class Rejection:
+    """Rows of one Experiment the store refused and that were set aside."""
+    rows: int
+    kinds: tuple[str, ...]   # exception class names
+    example: str             # the first such row, named without its values
+
+
+def set_aside(rejected: dict[str, Rejection], experiment: str, row: Any, kind: str) -> None:
+    """Count ``row`` (refused with an exception of class ``kind``) against ``experiment``."""
+    known = rejected.get(experiment)
+    if known is None:
+        rejected[experiment] = Rejection(1, (kind,), describe(row))
+        return
+    known.rows += 1
+    if kind not in known.kinds:
+        known.kinds += (kind,)
 
 
 def is_outage(error: BaseException) -> bool:

@@ -27,10 +27,10 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from kubetune.results.isolation import batch_of, describe, halves, is_outage, only_row, owner, row_bytes
+from kubetune.results.isolation import (Rejection, batch_of, describe, halves, is_outage, only_row, owner,
+                                        row_bytes, set_aside)
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 from kubetune.results.store import ResultsStore
 
@@ -46,14 +46,6 @@ MAX_PROBLEM_CHARS = 500
 FINISHED_PHASES = ("Succeeded", "Failed")
 RETENTION_INTERVAL_S = 3600.0
 MAX_FORGOTTEN = 100_000             # UIDs of deleted Experiments and their trials, remembered
-
-
-@dataclass
-class Rejection:
-    """Rows of one Experiment the store refused and that were set aside."""
-    rows: int
-    kinds: tuple[str, ...]   # exception class names
-    example: str             # the first such row, named without its values
 
 
 class ResultsWriter:
@@ -86,7 +78,7 @@ class ResultsWriter:
         self.problem: str | None = None       # the last write error while the store is away (log only)
         self.problem_kind: str | None = None  # its exception class: safe to show to any tenant
         self.rejected: dict[str, Rejection] = {}   # Experiment UID -> its rows set aside
-        self.dropped = 0                   # results given up (buffer full during an outage)
+        self.dropped = 0                   # results (and failure records) given up: the bound, or closed
         self.written = 0                   # results written
         self.high_water_bytes = 0
         self._thread = threading.Thread(target=self._run, name="kubetune-results-writer", daemon=True)
@@ -96,6 +88,9 @@ class ResultsWriter:
 
     def submit(self, batch: Batch) -> None:
         with self._lock:
+            if self._closed:      # nothing will write it: given up at once, as at close
+                self.dropped += len(batch.results) + len(batch.failures)
+                return
             if self._forgotten:   # a last cycle's rows of a deleted Experiment
                 batch = batch_of(row for row in self._rows(batch) if not self._is_forgotten(row))
             for trial in batch.trials:
@@ -163,12 +158,18 @@ class ResultsWriter:
             return True
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is pending (up to ``timeout``), then stop the thread."""
+        """Write what is pending (up to ``timeout``), then stop the thread: what it has not
+        written then is given up (``_give_up``), once the write under way returns.  Again: nothing."""
+        with self._lock:
+            if self._closed:
+                return
         self.flush(timeout)
         with self._lock:
             self._closed = True
             self._lock.notify_all()
         self._thread.join(timeout)
+        if self._thread.is_alive():   # what that write leaves is given up when it returns
+            log.warning("results writer: a write has not returned %ss after close", timeout)
         if self.store is not None:
             self.store.close()
 
@@ -250,6 +251,7 @@ class ResultsWriter:
                 while not self._work_due() and not self._closed:
                     self._lock.wait(self._idle_wait())
                 if self._closed:
+                    self._give_up()
                     return
                 batch = self._take() if self._has_pending() else Batch()
                 suspects, self._suspects = self._due_suspects()
@@ -287,6 +289,16 @@ class ResultsWriter:
                 self.problem_kind = type(outage).__name__
                 log.warning("results store: write failed (retry in %ss): %s", delay, self.problem)
                 self._lock.wait(delay)   # close() cuts the wait short
+
+    def _give_up(self) -> None:
+        """Closed (under the lock): what is not written now never will be; counted as the bound counts."""
+        left = batch_of([*self._rows(self._pending_batch()), *(only_row(single) for single, _, _ in self._suspects)])
+        self._clear_pending()
+        self._suspects = []
+        self.dropped += len(left.results) + len(left.failures)
+        if len(left):
+            log.warning("results writer closed with %d row(s) not written, %d of them results (%s)",
+                        len(left), len(left.results), self.problem or "the store was slow")
 
     def _work_due(self) -> bool:
         now = time.monotonic()
@@ -359,14 +371,8 @@ class ResultsWriter:
                 due = time.monotonic() + RETRY_SECONDS[min(attempts - 1, len(RETRY_SECONDS) - 1)]
                 self._suspects.append((single, attempts, due))
                 return
-            known = self.rejected.get(key)
             kind = type(error).__name__
-            if known is None:
-                self.rejected[key] = Rejection(1, (kind,), describe(row))
-            else:
-                known.rows += 1
-                if kind not in known.kinds:
-                    known.kinds += (kind,)
+            set_aside(self.rejected, key, row, kind)
         log.warning("results store: set aside a %s of experiment %s after %d refusals: %s",
                     describe(row), key or "?", attempts, f"{kind}: {error}"[:MAX_PROBLEM_CHARS])
 
