@@ -99,8 +99,9 @@ async def run_experiment(body: dict[str, Any], *, ray_address: str, checkpoint_s
             await asyncio.to_thread(writer.close, 60.0)
             if writer.problem:
                 print(f"kubetune: results not stored: {writer.problem}", file=sys.stderr)
-            if writer.dropped:   # the store away or slow past the wait, or the buffer full before
-                print(f"kubetune: {writer.dropped} result(s) given up, not in the results store", file=sys.stderr)
+            if writer.dropped or writer.pending:   # the store away or slow past the wait, or the buffer full
+                print(f"kubetune: {writer.dropped} result(s) given up and {writer.pending} row(s) not written "
+                      "yet: not in the results store", file=sys.stderr)
             for rejected in writer.rejected.values():   # the user's own rows: say which
                 print(f"kubetune: {rejected.rows} result row(s) refused by the results store "
                       f"({', '.join(rejected.kinds)}; first: {rejected.example})", file=sys.stderr)

@@ -205,8 +205,8 @@ def _results_writer_metrics(writer: Any) -> Iterator[GaugeMetricFamily]:
     high = GaugeMetricFamily("kubetune_results_pending_high_water_bytes",
                              "The most estimated bytes of results ever waiting for the results store")
     high.add_metric([], writer.high_water_bytes)
-    dropped = CounterMetricFamily("kubetune_results_dropped", "Results dropped: the buffer was full in an outage, "
-                                  "or the writer closed before the store took them")
+    dropped = CounterMetricFamily("kubetune_results_dropped", "Results and failure records dropped: the buffer was "
+                                  "full in an outage, or the writer closed before the store took them")
     dropped.add_metric([], writer.dropped)
     rejected = CounterMetricFamily("kubetune_results_rejected_rows",
                                    "Rows the results store refused and that were set aside")

@@ -150,20 +150,52 @@ def test_rows_left_when_the_writer_closes_are_counted_once_the_write_under_way_r
         assert store.stored == [0, 1, 2, 3, 4]
     finally:
         store.release.set()
+        writer.close(timeout=5)
 
 
 def test_a_store_away_at_close_gives_up_each_row_once_and_a_second_close_adds_nothing():
     store = AwayStore()
     writer = ResultsWriter(lambda: store)
-    writer.submit(results(range(4)))
-    wait_for(lambda: store.alone >= 1)           # tried, failed, put back: retried with backoff
-    writer.close(timeout=0.2)
-    writer._thread.join(10)
-    assert (writer.written, writer.dropped, writer.pending) == (0, 4, 0)
-    writer.close(timeout=0.2)
-    assert writer.dropped == 4
-    writer.submit(results(range(4, 6)))          # after close: nothing will write it
-    assert (writer.dropped, writer.pending) == (6, 0)
+    try:
+        writer.submit(results(range(4)))
+        wait_for(lambda: store.alone >= 1)       # tried, failed, put back: retried with backoff
+        writer.close(timeout=0.2)
+        writer._thread.join(10)
+        assert (writer.written, writer.dropped, writer.pending) == (0, 4, 0)
+        writer.close(timeout=0.2)
+        assert writer.dropped == 4
+        writer.submit(results(range(4, 6)))      # after close: nothing will write it
+        assert (writer.dropped, writer.pending) == (6, 0)
+    finally:
+        writer.close(timeout=5)
+
+
+class AwayAfterReleaseStore(RefusingStore):
+    """The first write waits for ``release``, then fails as when the server is away."""
+
+    def write(self, batch: Batch) -> None:
+        self.retrying.set()
+        self.release.wait(30)
+        raise wrapped(psycopg.OperationalError("connection refused"))
+
+
+def test_a_write_failing_after_close_does_not_sleep_its_backoff_before_giving_up(monkeypatch):
+    """close() woke a thread that was not waiting yet: its backoff after the failed write
+    (30 s here) must see the close, or the operator exits before the rows are counted."""
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", (30.0,) * 6)
+    store = AwayAfterReleaseStore()
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(results(range(3)))
+        wait_for(store.retrying.is_set)
+        writer.close(timeout=0.2)                # the write under way has not returned
+        store.release.set()
+        writer._thread.join(10)
+        assert not writer._thread.is_alive()
+        assert (writer.written, writer.dropped, writer.pending) == (0, 3, 0)
+    finally:
+        store.release.set()
+        writer.close(timeout=5)
 
 
 def test_a_refused_row_waiting_for_its_retry_at_close_is_given_up_once():
@@ -179,3 +211,4 @@ def test_a_refused_row_waiting_for_its_retry_at_close_is_given_up_once():
         assert (writer.written, writer.dropped, writer.pending, writer.rejected) == (19, 1, 0, {})
     finally:
         store.release.set()
+        writer.close(timeout=5)

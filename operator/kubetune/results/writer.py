@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 import time
 from typing import Callable, TypeVar
 
 from kubetune.results.isolation import (Rejection, batch_of, describe, halves, is_outage, only_row, owner,
                                         row_bytes, set_aside)
+from kubetune.results.retention import Retention
 from kubetune.results.rows import Batch, ExperimentRow, FailureRow, ResultRow, TrialRow, UsageRow
 from kubetune.results.store import ResultsStore
 
@@ -43,8 +43,6 @@ MAX_BATCH_BYTES = 16 * 2 ** 20
 RETRY_SECONDS = (0.5, 1, 2, 5, 10, 30)
 ROW_ATTEMPTS = 3                    # a row refused alone: tried this often, then set aside
 MAX_PROBLEM_CHARS = 500
-FINISHED_PHASES = ("Succeeded", "Failed")
-RETENTION_INTERVAL_S = 3600.0
 MAX_FORGOTTEN = 100_000             # UIDs of deleted Experiments and their trials, remembered
 
 
@@ -53,8 +51,7 @@ class ResultsWriter:
                  retention_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
         self._open_store = open_store
         self._max_bytes = max_pending_bytes
-        self._retention_s = retention_s
-        self._clock = clock
+        self._retention = Retention(retention_s, clock)   # finished Experiments' rows (retention.py)
         self._lock = threading.Condition()
         self._open_lock = threading.Lock()   # the writer thread and readers open the store once
         self._experiments: dict[str, ExperimentRow] = {}
@@ -72,7 +69,6 @@ class ResultsWriter:
         self._owners: dict[str, str] = {}   # trial UID -> its Experiment's UID
         self._forgotten: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._to_delete: set[str] = set()   # Experiments whose stored rows are to go
-        self._retained_at = -math.inf      # the first retention pass comes at once
         self._closed = False
         self.store: ResultsStore | None = None
         self.problem: str | None = None       # the last write error while the store is away (log only)
@@ -103,6 +99,8 @@ class ResultsWriter:
         """The Experiment is deleted: drop its pending rows, remove its stored ones (soon,
         from the thread) and ignore anything still submitted for it."""
         with self._lock:
+            if self._closed:
+                return
             trials = {t for t, e in self._owners.items() if e == uid}
             for key in (uid, *trials):
                 self._forgotten[key] = None
@@ -168,8 +166,12 @@ class ResultsWriter:
             self._closed = True
             self._lock.notify_all()
         self._thread.join(timeout)
-        if self._thread.is_alive():   # what that write leaves is given up when it returns
-            log.warning("results writer: a write has not returned %ss after close", timeout)
+        with self._lock:
+            if not self._thread.is_alive():
+                self._give_up()      # again (a no-op) or first: the thread died of an error
+            else:                    # what that write leaves is given up when it returns
+                log.warning("results writer: a write has not returned %ss after close; %d row(s) not "
+                            "written yet", timeout, self.pending)
         if self.store is not None:
             self.store.close()
 
@@ -274,7 +276,7 @@ class ResultsWriter:
                         self._suspects += suspects
                         self._retrying = 0
                 if outage is None:
-                    outage = self._retention(store, deletions)
+                    outage = self._remove_old(store, deletions)
             with self._lock:
                 self._writing = self._writing_bytes = 0
                 if outage is None:
@@ -288,27 +290,29 @@ class ResultsWriter:
                 self.problem = f"{type(outage).__name__}: {outage}"[:MAX_PROBLEM_CHARS]
                 self.problem_kind = type(outage).__name__
                 log.warning("results store: write failed (retry in %ss): %s", delay, self.problem)
-                self._lock.wait(delay)   # close() cuts the wait short
+                self._lock.wait_for(lambda: self._closed, delay)   # close() cuts the wait short
 
     def _give_up(self) -> None:
         """Closed (under the lock): what is not written now never will be; counted as the bound counts."""
-        left = batch_of([*self._rows(self._pending_batch()), *(only_row(single) for single, _, _ in self._suspects)])
+        left = [r for r, _ in self._results] + [*self._failures.values()] + [only_row(s[0]) for s in self._suspects]
+        lost = sum(not self._is_forgotten(row) and isinstance(row, (ResultRow, FailureRow)) for row in left)
+        states = len(self._experiments) + len(self._trials) + len(self._usage)
         self._clear_pending()
-        self._suspects = []
-        self.dropped += len(left.results) + len(left.failures)
-        if len(left):
-            log.warning("results writer closed with %d row(s) not written, %d of them results (%s)",
-                        len(left), len(left.results), self.problem or "the store was slow")
+        self._suspects, self._to_delete = [], set()
+        self.dropped += lost
+        if lost or states:
+            log.warning("results writer closed with %d result(s) or failure record(s) and %d state row(s) "
+                        "not written (%s)", lost, states, self.problem or "the store was slow")
 
     def _work_due(self) -> bool:
         now = time.monotonic()
         return self._has_pending() or bool(self._to_delete) or any(due <= now for _, _, due in self._suspects) \
-            or (self._retention_s > 0 and self._clock() >= self._retained_at + RETENTION_INTERVAL_S)
+            or self._retention.is_due()
 
     def _idle_wait(self) -> float | None:
         waits = [due - time.monotonic() for _, _, due in self._suspects]
-        if self._retention_s > 0:
-            waits.append(self._retained_at + RETENTION_INTERVAL_S - self._clock())
+        if self._retention.due_in() is not None:
+            waits.append(self._retention.due_in())
         return max(0.05, min(waits)) if waits else None
 
     def _due_suspects(self) -> tuple[list[tuple[Batch, int, float]], list[tuple[Batch, int, float]]]:
@@ -376,7 +380,7 @@ class ResultsWriter:
         log.warning("results store: set aside a %s of experiment %s after %d refusals: %s",
                     describe(row), key or "?", attempts, f"{kind}: {error}"[:MAX_PROBLEM_CHARS])
 
-    def _retention(self, store: ResultsStore, deletions: set[str]) -> Exception | None:
+    def _remove_old(self, store: ResultsStore, deletions: set[str]) -> Exception | None:
         """Remove what the store holds of deleted Experiments, and (``retention_s``) of
         finished ones that old."""
         try:
@@ -385,16 +389,12 @@ class ResultsWriter:
                 log.info("results store: removed experiment %s (%d results)", uid, removed)
                 with self._lock:
                     self._to_delete.discard(uid)
-            if self._retention_s > 0 and self._clock() >= self._retained_at + RETENTION_INTERVAL_S:
-                removed = store.delete_finished_before(self._clock() - self._retention_s, FINISHED_PHASES)
-                self._retained_at = self._clock()
-                if removed:
-                    log.info("results store: retention removed %d results of finished experiments", removed)
+            self._retention.run_if_due(store)
         except Exception as error:  # noqa: BLE001
             if is_outage(error):
                 return error
             log.warning("results store: removing old results failed: %s", f"{error}"[:MAX_PROBLEM_CHARS])
             with self._lock:
                 self._to_delete -= deletions
-            self._retained_at = self._clock()
+            self._retention.skip()
         return None
