@@ -8,7 +8,8 @@ from sqlalchemy.exc import OperationalError
 
 from kubetune.controller.results_recorder import ResultsRecorder
 from kubetune.controller.status_events import status_events
-from kubetune.results.writer import Rejection, ResultsWriter
+from kubetune.results.isolation import Rejection
+from kubetune.results.writer import ResultsWriter
 from unit_helpers import wait_for
 
 

@@ -212,3 +212,47 @@ def test_a_refused_row_waiting_for_its_retry_at_close_is_given_up_once():
     finally:
         store.release.set()
         writer.close(timeout=5)
+
+
+def test_rows_of_a_deleted_experiment_are_not_counted_as_lost_at_close_or_after(monkeypatch):
+    """Rows of an Experiment forgotten while its write failed come back with the outage;
+    at close they are not results anyone lost (the Experiment is gone), nor after it."""
+    monkeypatch.setattr(writer_module, "RETRY_SECONDS", (30.0,) * 6)
+    store = AwayAfterReleaseStore()
+    writer = ResultsWriter(lambda: store)
+    try:
+        writer.submit(results(range(3)))
+        wait_for(store.retrying.is_set)          # in flight: forget_experiment cannot drop them
+        writer.forget_experiment("A")
+        writer.close(timeout=0.2)
+        store.release.set()                      # the write fails: put back, then given up
+        writer._thread.join(10)
+        assert (writer.dropped, writer.pending) == (0, 0)
+        writer.submit(results(range(3, 5)))      # a last cycle's rows of the deleted Experiment
+        assert writer.dropped == 0
+        writer.forget_experiment("B")            # after close: nothing to remove, nothing to wait for
+        assert writer.flush(timeout=0.2)
+    finally:
+        store.release.set()
+        writer.close(timeout=5)
+
+
+class RefusingAllStore(RefusingStore):
+    def write(self, batch: Batch) -> None:
+        raise wrapped(psycopg.errors.NumericValueOutOfRange("bigint out of range"))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_writer_thread_does_not_make_flush_wait_out_its_timeout(monkeypatch):
+    def broken(batch):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(writer_module, "halves", broken)
+    writer = ResultsWriter(RefusingAllStore)
+    writer.submit(results(range(4)))             # refused as a batch: halving it raises, the thread dies
+    writer._thread.join(10)
+    assert not writer._thread.is_alive()
+    started = writer_module.time.monotonic()
+    assert writer.flush(timeout=30) is False
+    # a bound far from both outcomes (before: the whole 30 s; now: at once), not a timing
+    assert writer_module.time.monotonic() - started < 25
+    writer.close(timeout=0.2)

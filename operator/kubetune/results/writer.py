@@ -60,12 +60,9 @@ class ResultsWriter:
         self._usage: dict[tuple[str, int], UsageRow] = {}     # per attempt: the latest figures win
         self._results: collections.deque[tuple[ResultRow, int]] = collections.deque()   # (row, its bytes)
         self._bytes = 0                    # of the above
-        self._writing = 0                  # rows taken by the thread, not yet written
-        self._writing_bytes = 0
+        self._writing = self._writing_bytes = 0   # rows (bytes) taken by the thread, not yet written
         self._suspects: list[tuple[Batch, int, float]] = []   # (one row, failed attempts, retry after)
-        # suspects the thread took out of that list to write again and has not yet written,
-        # set aside nor put back: still pending (flush waits for them)
-        self._retrying = 0
+        self._retrying = 0   # suspects taken out to write again, not yet settled: pending (flush waits)
         self._owners: dict[str, str] = {}   # trial UID -> its Experiment's UID
         self._forgotten: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._to_delete: set[str] = set()   # Experiments whose stored rows are to go
@@ -85,7 +82,7 @@ class ResultsWriter:
     def submit(self, batch: Batch) -> None:
         with self._lock:
             if self._closed:      # nothing will write it: given up at once, as at close
-                self.dropped += len(batch.results) + len(batch.failures)
+                self.dropped += self._counted_lost(self._rows(batch))
                 return
             if self._forgotten:   # a last cycle's rows of a deleted Experiment
                 batch = batch_of(row for row in self._rows(batch) if not self._is_forgotten(row))
@@ -134,9 +131,8 @@ class ResultsWriter:
     @property
     def pending(self) -> int:
         with self._lock:
-            return len(self._results) + len(self._experiments) + len(self._trials) + len(self._failures) \
-                + len(self._usage) \
-                + self._writing + len(self._suspects) + self._retrying
+            return (len(self._results) + len(self._experiments) + len(self._trials) + len(self._failures)
+                    + len(self._usage) + self._writing + len(self._suspects) + self._retrying)
 
     @property
     def pending_bytes(self) -> int:
@@ -150,14 +146,14 @@ class ResultsWriter:
         with self._lock:
             while self._has_pending() or self._writing or self._suspects or self._retrying or self._to_delete:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or not self._thread.is_alive():   # (it died: nothing will change)
                     return False
                 self._lock.wait(min(remaining, 0.5))
             return True
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is pending (up to ``timeout``), then stop the thread: what it has not
-        written then is given up (``_give_up``), once the write under way returns.  Again: nothing."""
+        """Write what is pending (up to ``timeout``), then stop the thread: what it has not written
+        is given up (``_give_up``) when its round under way ends.  Closing again does nothing."""
         with self._lock:
             if self._closed:
                 return
@@ -294,15 +290,19 @@ class ResultsWriter:
 
     def _give_up(self) -> None:
         """Closed (under the lock): what is not written now never will be; counted as the bound counts."""
-        left = [r for r, _ in self._results] + [*self._failures.values()] + [only_row(s[0]) for s in self._suspects]
-        lost = sum(not self._is_forgotten(row) and isinstance(row, (ResultRow, FailureRow)) for row in left)
-        states = len(self._experiments) + len(self._trials) + len(self._usage)
+        left = [*self._rows(self._pending_batch()), *(only_row(single) for single, _, _ in self._suspects)]
+        lost = self._counted_lost(left)
+        states = sum(not isinstance(row, (ResultRow, FailureRow)) for row in left)
         self._clear_pending()
         self._suspects, self._to_delete = [], set()
         self.dropped += lost
         if lost or states:
             log.warning("results writer closed with %d result(s) or failure record(s) and %d state row(s) "
                         "not written (%s)", lost, states, self.problem or "the store was slow")
+
+    def _counted_lost(self, rows) -> int:
+        """How many of ``rows`` count in ``dropped``: results and failure records not forgotten."""
+        return sum(isinstance(row, (ResultRow, FailureRow)) and not self._is_forgotten(row) for row in rows)
 
     def _work_due(self) -> bool:
         now = time.monotonic()
@@ -311,8 +311,8 @@ class ResultsWriter:
 
     def _idle_wait(self) -> float | None:
         waits = [due - time.monotonic() for _, _, due in self._suspects]
-        if self._retention.due_in() is not None:
-            waits.append(self._retention.due_in())
+        if (due := self._retention.due_in()) is not None:
+            waits.append(due)
         return max(0.05, min(waits)) if waits else None
 
     def _due_suspects(self) -> tuple[list[tuple[Batch, int, float]], list[tuple[Batch, int, float]]]:
