@@ -2,14 +2,10 @@
 client-go's QPS and Burst, and its settings."""
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from kubetune import cli
-from kubetune.k8s import rate_limit, store
 from kubetune.k8s.rate_limit import TokenBucket
-from kubetune.k8s.request_gate import PROGRESS, RECORD
 from kubetune.settings import SettingError, from_args
 
 
@@ -43,53 +39,6 @@ def test_over_a_long_run_the_rate_is_qps():
                 bucket._tokens += 1.0        # refused here: not queued (counts only what went at once)
         clock.now += 0.1
     assert 100 + 50 * 100 - 10 <= sent <= 100 + 50 * 100 + 10
-
-
-def test_a_trial_create_waits_for_its_token_behind_few_status_writes_not_all(monkeypatch):
-    """Tokens are taken in the gate's places, which go by priority: a new Experiment's
-    first Trial, asked after 60 status writes with the bucket empty, takes its token after
-    the API_THREADS writes already in a place, not after all 60 (as when the token came
-    before the place). The order tokens are taken in is the event loop's: no timing."""
-    monkeypatch.setattr(rate_limit, "_bucket", TokenBucket(qps=1000.0, burst=1, clock=lambda: 0.0))
-    took: list[str] = []
-    acquire = rate_limit.acquire
-
-    async def recorded() -> None:
-        took.append(asyncio.current_task().get_name())
-        await acquire()
-
-    monkeypatch.setattr(rate_limit, "acquire", recorded)
-    sent: list[str] = []
-
-    async def main() -> None:
-        writes = [asyncio.create_task(store._limited(sent.append, f"write {i}", priority=RECORD), name=f"write {i}")
-                  for i in range(60)]
-        create = asyncio.create_task(store._limited(sent.append, "create", priority=PROGRESS), name="create")
-        await asyncio.gather(*writes, create)
-
-    asyncio.run(main())
-    assert sorted(sent) == sorted(took) and len(sent) == 61       # each request sent once, after its token
-    assert took.index("create") == store.API_THREADS
-    assert rate_limit.bucket().waited == 60      # every request but the first waited for a token
-
-
-def test_a_request_cancelled_while_it_waits_for_its_token_gives_its_place_back(monkeypatch):
-    monkeypatch.setattr(rate_limit, "_bucket", TokenBucket(qps=0.001, burst=1))
-
-    async def main() -> int:
-        rate_limit.bucket().delay()                 # the only token: the next waits 1000 s
-        waiting = asyncio.create_task(store._admit(RECORD))
-        for _ in range(1000):                       # until it is in its place, waiting for its token
-            if store._gate().busy:
-                break
-            await asyncio.sleep(0)
-        assert store._gate().busy == 1
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        return store._gate().busy
-
-    assert asyncio.run(main()) == 0
 
 
 def _settings(*argv: str):

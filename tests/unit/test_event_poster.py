@@ -70,7 +70,7 @@ def test_the_poster_posts_in_the_background_counts_repeats_on_the_posted_event_a
         sender, gate_entries = Sender(), []
         release = asyncio.Event()
 
-        async def limited(call, *args, **_):          # the gated call: waits until released
+        async def limited(call, *args):          # the gated call: waits until released
             gate_entries.append(args[1].reason)
             await release.wait()
             return call(*args)
@@ -100,7 +100,7 @@ def test_messages_and_reasons_are_capped_before_queueing():
     async def scenario():
         sender = Sender()
 
-        async def limited(call, *args, **_):
+        async def limited(call, *args):
             return call(*args)
         poster = EventPoster(limited, None, clock=lambda: 0.0, send=sender)
         poster.post(EXPERIMENT, "Warning", "R" * 500, "m" * 100_000)
@@ -118,7 +118,7 @@ def test_a_repeat_is_never_posted_beside_its_first_post_as_a_second_event():
         sender, release = Sender(), asyncio.Event()
         entered: list[str] = []
 
-        async def limited(call, *args, **_):
+        async def limited(call, *args):
             entered.append(args[1].reason)
             await release.wait()
             return call(*args)

@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubetune import metrics
 from kubetune.core.sanitize import MAX_MESSAGE_BYTES, cap_text
+from kubetune.k8s import rate_limit
 from kubetune.k8s.client import EXPERIMENTS, GROUP, TRIALS, VERSION
 
 log = logging.getLogger(__name__)
@@ -210,9 +211,9 @@ class EventPoster:
             key, seen = taken
             previous = self.queue.previous(key, self._clock())
             try:
-                # two requests when the uid is not known: a GET for it, then the Event
-                tokens = 2 if previous is None and key.involved.uid is None else 1
-                name, count, first = await self._limited(self._send, self._api, key, seen, previous, tokens=tokens)
+                if previous is None and key.involved.uid is None:
+                    await rate_limit.acquire()     # two requests: a GET for the uid, then the Event
+                name, count, first = await self._limited(self._send, self._api, key, seen, previous)
             except Exception as error:  # noqa: BLE001 - a lost Event must not stop anything
                 self.queue.forget(key)
                 log.warning("cannot post Event %s on %s %s/%s: %s", key.reason, key.involved.kind,

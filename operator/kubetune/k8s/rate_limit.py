@@ -2,9 +2,9 @@
 of ``qps`` tokens a second holding at most ``burst``, as client-go's QPS and Burst.
 
 Every request of the Experiment controllers' store (k8s/store.py: Trial creates, status
-patches, LISTs, Events) takes a token once it holds a place (k8s/request_gate.py),
-waiting on the event loop, not in a thread, when none is left: 200 Experiments
-finishing at once queue their writes here instead of at the API server.  One bucket per operator process, set from the operator's
+patches, LISTs, Events) takes a token first, waiting on the event loop, not in a
+thread, when none is left: 200 Experiments finishing at once queue their writes here
+instead of at the API server.  One bucket per operator process, set from the operator's
 settings (``--kube-api-qps``, ``--kube-api-burst``) at startup."""
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ the rest wait.  In a pool's own queue they went first come, first served: 200
 Experiments applied at once each wrote their first status after creating their first
 Trial, and the Experiments built later waited seconds for their first Trial behind
 those status writes (measured: 2-5 s for a thread, at 0.2-1 s a request under load).
-Here, at most ``size`` requests are in flight or waiting for their rate-limit token
-(k8s/rate_limit.py: taken in the place, so that tokens too go by priority), and a waiting request of a smaller
+Here, at most ``size`` requests are in flight, and a waiting request of a smaller
 ``priority`` number goes first (same priority: in order of arrival).  What gets an
 Experiment going (``PROGRESS``: its LIST, its Trials created) goes before what records
 how it goes (``RECORD``: status writes, coalesced anyway, a later one carrying the

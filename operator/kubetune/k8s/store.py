@@ -79,25 +79,11 @@ def _gate() -> RequestGate:
     return gate
 
 
-async def _admit(priority: int, tokens: int = 1) -> None:
-    """Wait for a place by ``priority`` (k8s/request_gate.py), then, in it, for the
-    operator's rate limit (k8s/rate_limit.py); the request admitted must go through
-    ``_admitted``, which gives its place back.
-
-    The token is taken in the place, not before it: tokens go in order of arrival, so a
-    new Experiment's LIST and first Trial, taken before the place, waited behind every
-    status write that arrived earlier, and the gate's priorities ordered only who got a
-    thread once all had their token (200 Experiments applied at once: the first Trial
-    11 s after the apply, p50).  Now at most ``API_THREADS`` requests wait for a token
-    and the gate picks which, by priority."""
-    gate = _gate()
-    await gate.enter(priority)
-    try:
-        for _ in range(tokens):        # a call that makes two requests takes two tokens
-            await rate_limit.acquire()
-    except BaseException:
-        gate.leave()        # cancelled while it waited for its token: the place goes on
-        raise
+async def _admit(priority: int) -> None:
+    """Wait for the operator's rate limit (k8s/rate_limit.py), then for a thread; the
+    request admitted must go through ``_admitted``, which gives its place back."""
+    await rate_limit.acquire()
+    await _gate().enter(priority)
 
 
 async def _admitted(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -109,12 +95,10 @@ async def _admitted(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _gate().leave()
 
 
-async def _limited(call: Callable[..., Any], *args: Any, priority: int = RECORD, tokens: int = 1,
-                   **kwargs: Any) -> Any:
-    """One API request (``tokens``: requests), in a thread: in a place given before the
-    waiting requests of a larger ``priority`` number (k8s/request_gate.py), once the
-    operator's rate limit allows."""
-    await _admit(priority, tokens)
+async def _limited(call: Callable[..., Any], *args: Any, priority: int = RECORD, **kwargs: Any) -> Any:
+    """One API request, in a thread, once the operator's rate limit allows and before the
+    waiting requests of a larger ``priority`` number (k8s/request_gate.py)."""
+    await _admit(priority)
     return await _admitted(call, *args, **kwargs)
 
 

@@ -33,7 +33,7 @@ class _Batch:
 
 
 # per event loop (a process may run several, one after another: tests, benchmarks):
-# namespace -> the batch still waiting for its place and token, which a new asker joins
+# namespace -> the batch still waiting for its token, which a new asker joins
 _open: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Batch]]" = weakref.WeakKeyDictionary()
 
 
