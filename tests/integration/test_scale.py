@@ -60,17 +60,20 @@ RAY_CPUS = size(quick=1, full=2)
 # so a loaded CI machine's restart order cannot fail a run the benchmark would call fair
 # (its figures are bench.scale's to report, not this test's).
 STARVATION_BOUND = (EXPERIMENTS - 1) * TRIALS * 3 // 4     # 26 of 35 (quick), 142 of 190 (full)
-# A wait across the SIGKILL also holds the restart: the Experiments are rebuilt in some order
-# while the rebuilt ones run on (the big one, with the most Trials to restore, often last). In
-# whole-suite and loaded runs such waits reached 27 of 35 (a small one: 18.6 s to 55.4 s, the
-# SIGKILL at 28.4 s, its share 0.57) and 31-32 of 40 (the big one). A wait across the restart
-# fails only when it lasts all the others' trials: served after all of them.
-def _bound(streak: "fairness.Streak", killed_at: float, steady: int, everyone: int) -> int:
-    return everyone - 1 if streak.since <= killed_at <= streak.until else steady
 # Capacity shares seen (quick size, alone): 0.63-1.49 per Experiment and 0.74-1.12 per
 # namespace.  A small one served only after the others has ~0.2; one given a third of its
 # due, 0.33.  (The big one served last would show ~0.9: its own completions check covers it.)
 MIN_SHARE = {"experiment": 0.4, "namespace": 0.5}
+
+
+def _bound(streak: fairness.Streak, killed_at: float, steady: int, everyone: int) -> int:
+    """A wait across the SIGKILL also holds the restart: the Experiments are rebuilt in some
+    order while the rebuilt ones run on (the big one, with the most Trials to restore, often
+    last). In whole-suite and loaded runs such waits reached 27 of 35 (a small one: 18.6 s to
+    55.4 s, the SIGKILL at 28.4 s, its share 0.57) and 31-32 of 40 (the big one). A wait
+    across the restart fails only when it lasts all the others' trials (``everyone``):
+    served after all of them. Any other wait fails past ``steady``."""
+    return everyone - 1 if streak.since <= killed_at <= streak.until else steady
 
 
 @pytest.fixture
@@ -106,14 +109,11 @@ def starved_beyond(planned: list[shapes.Planned], runs: list[fairness.Runs], kil
           f"{ {key: streak.completions for key, streak in big.items()} }")
     for key, streak in big.items():
         print(f"  {key}: from {streak.since - first_apply:.1f} s to {streak.until - first_apply:.1f} s")
-    small_bounds = {key: _bound(streak, killed_at, STARVATION_BOUND, (EXPERIMENTS - 1) * TRIALS)
-                    for key, streak in alike_streaks.items()}
-    big_bounds = {key: _bound(streak, killed_at, EXPERIMENTS * TRIALS * 3 // 4, EXPERIMENTS * TRIALS)
-                  for key, streak in big.items()}
-    return ([f"{key}: {streak.completions} of the {EXPERIMENTS} Experiments' trials (bound {small_bounds[key]})"
-             for key, streak in alike_streaks.items() if streak.completions > small_bounds[key]]
-            + [f"{key}: {streak.completions} of the {EXPERIMENTS} Experiments' trials (bound {big_bounds[key]})"
-               for key, streak in big.items() if streak.completions > big_bounds[key]]
+    judged = ((alike_streaks, STARVATION_BOUND, (EXPERIMENTS - 1) * TRIALS),
+              (big, EXPERIMENTS * TRIALS * 3 // 4, EXPERIMENTS * TRIALS))
+    return ([f"{key}: {streak.completions} of the {EXPERIMENTS} Experiments' trials (bound {bound})"
+             for streaks, steady, everyone in judged for key, streak in streaks.items()
+             if streak.completions > (bound := _bound(streak, killed_at, steady, everyone))]
             + [f"{kind} {key}: {share:.2f} of its fair share of the capacity (bound {MIN_SHARE[kind]})"
                for kind, shares in (("experiment", experiments), ("namespace", namespaces))
                for key, share in shares.items() if share < MIN_SHARE[kind]])
